@@ -1,0 +1,21 @@
+// Google Benchmark main with Kokkos brought up around the run. Results: --benchmark_format=json
+// or --benchmark_out=FILE; times per call are device times (CUDA events / fenced host clock).
+#include <benchmark/benchmark.h>
+
+#include <Kokkos_Core.hpp>
+
+#include "backends/device_info.hpp"
+
+int main(int argc, char** argv) {
+  Kokkos::ScopeGuard kokkos(argc, argv);
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  const auto info = zs::device_info();
+  benchmark::AddCustomContext("zerosync_backend", info.backend);
+  benchmark::AddCustomContext("kokkos_version", info.kokkos_version);
+  for (std::size_t i = 0; i < info.devices.size(); ++i)
+    benchmark::AddCustomContext("device_" + std::to_string(i), info.devices[i]);
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

@@ -1,0 +1,31 @@
+// Times `enqueue` on the step's stream: each benchmark iteration enqueues `batch` calls back to
+// back between two stream marks (CUDA events on CUDA), as they would run inside a step, so a
+// launch-latency-bound kernel is measured without a host round trip per call. The reported
+// iteration time is the whole batch; the counter us_per_call is the figure to quote.
+#pragma once
+#include <benchmark/benchmark.h>
+
+#include "backends/timer.hpp"
+
+namespace zs::bench {
+
+template <class F>
+void time_on_stream(benchmark::State& state, Stream& stream, F&& enqueue, int batch = 100) {
+  for (int i = 0; i < 10; ++i) enqueue();  // warm-up: module load, scratch sizing
+  stream.synchronize();
+  StreamTimer timer(stream);
+  double total_ms = 0;
+  for (auto _ : state) {
+    timer.start();
+    for (int i = 0; i < batch; ++i) enqueue();
+    timer.stop();
+    const double ms = timer.elapsed_ms();
+    total_ms += ms;
+    state.SetIterationTime(ms / 1e3);
+  }
+  state.counters["us_per_call"] =
+      benchmark::Counter(total_ms * 1e3 / (static_cast<double>(state.iterations()) * batch));
+  state.counters["calls"] = benchmark::Counter(static_cast<double>(state.iterations()) * batch);
+}
+
+}  // namespace zs::bench

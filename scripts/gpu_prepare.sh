@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Run here, before a GPU run: fills .carry/ (git-ignored) with what the GPU machine cannot
+# fetch itself: the patched Kokkos sources and the Debian packages the build and tests use.
+# Then, with the device tool: run `bash scripts/gpu_run.sh` with carry [".carry"].
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+deps="${ZEROSYNC_DEPS:-$HOME/.cache/zerosync-deps}"
+bash "$repo/cmake/bootstrap.sh" ${ZEROSYNC_NO_APT:+--no-apt} cuda
+src="$deps/src/kokkos-3.4.01"
+carry="$repo/.carry"
+rm -rf "$carry" && mkdir -p "$carry/deps/src/kokkos-3.4.01" "$carry/debs"
+cp -a "$src/kokkos" "$src/.fetched" "$src/.patched" "$carry/deps/src/kokkos-3.4.01/"
+(cd "$carry/debs" && apt-get download -qq libgtest-dev libbenchmark-dev libbenchmark1debian \
+   nlohmann-json3-dev libcli11-dev)
+du -sh "$carry"

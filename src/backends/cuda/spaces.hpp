@@ -1,0 +1,18 @@
+// CUDA backend: device memory for the step, pinned host memory for the mailbox.
+#pragma once
+#include <Kokkos_Core.hpp>
+
+namespace zs {
+using ExecSpace = Kokkos::Cuda;
+using MemSpace = Kokkos::CudaSpace;
+// Pinned host memory: the step's stream stores into it without the host waiting.
+using PinnedSpace = Kokkos::CudaHostPinnedSpace;
+inline constexpr const char* kBackendName = "cuda";
+
+// Orders a thread's stores as seen by the host (PCIe/NVLink), not only by other GPU threads.
+KOKKOS_INLINE_FUNCTION void system_fence() {
+#if defined(__CUDA_ARCH__)
+  __threadfence_system();
+#endif
+}
+}  // namespace zs

@@ -1,0 +1,33 @@
+// Record once, replay many times. On CUDA: a CUDA graph made by stream capture in *global*
+// mode, so any hidden synchronisation, allocation or blocking copy inside the recorded work
+// makes capture fail (and capture() throws). On the host: the recorded callable itself.
+#pragma once
+#include <functional>
+#include <memory>
+
+#include "backends/stream.hpp"
+
+namespace zs {
+
+class Graph {
+ public:
+  Graph();
+  ~Graph();
+  Graph(const Graph&) = delete;
+  Graph& operator=(const Graph&) = delete;
+
+  // Runs `body` once in capture mode: what it enqueues on `stream` is recorded, not executed.
+  // Arguments are frozen at capture: anything that changes per step must live in device memory.
+  void capture(Stream& stream, const std::function<void()>& body);
+  // Enqueues one replay on `stream`; returns without waiting.
+  void replay(Stream& stream);
+  bool captured() const;
+  // Nodes in the captured graph (0 on the host, which records no nodes).
+  std::size_t node_count() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace zs

@@ -1,0 +1,30 @@
+// Host "graph": the recorded callable, replayed by calling it. Capture does not run the body,
+// matching CUDA, where capture records work without executing it.
+#include "backends/graph.hpp"
+
+#include "error.hpp"
+
+namespace zs {
+
+struct Graph::Impl {
+  std::function<void()> body;
+};
+
+Graph::Graph() : impl_(std::make_unique<Impl>()) {}
+Graph::~Graph() = default;
+
+void Graph::capture(Stream&, const std::function<void()>& body) {
+  require(!captured(), "Graph::capture: this graph is already captured; make a new Graph");
+  require(static_cast<bool>(body), "Graph::capture: empty body");
+  impl_->body = body;
+}
+
+void Graph::replay(Stream&) {
+  require(captured(), "Graph::replay: nothing captured yet; call capture() first");
+  impl_->body();
+}
+
+bool Graph::captured() const { return static_cast<bool>(impl_->body); }
+std::size_t Graph::node_count() const { return 0; }
+
+}  // namespace zs

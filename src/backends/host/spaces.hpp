@@ -1,0 +1,13 @@
+// Host backend (OpenMP or Serial): device and "pinned" memory are both plain host memory.
+#pragma once
+#include <Kokkos_Core.hpp>
+#include <atomic>
+
+namespace zs {
+using ExecSpace = Kokkos::DefaultHostExecutionSpace;
+using MemSpace = Kokkos::HostSpace;
+using PinnedSpace = Kokkos::HostSpace;
+inline constexpr const char* kBackendName = "openmp";
+
+KOKKOS_INLINE_FUNCTION void system_fence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
+}  // namespace zs

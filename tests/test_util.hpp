@@ -1,0 +1,38 @@
+// Shared helpers for the tests: fresh random inputs (a new seed per run, printed on failure)
+// and host <-> device copies.
+#pragma once
+#include <gtest/gtest.h>
+
+#include <random>
+#include <vector>
+
+#include "backends/backend.hpp"
+
+namespace zs::test {
+
+// A new seed every run, so tests never settle on one lucky input; SCOPED_TRACE it.
+inline std::uint64_t fresh_seed() { return std::random_device{}() * 0x9E3779B97F4A7C15ull + 1; }
+
+inline std::vector<float> random_normal(std::size_t n, std::uint64_t seed, float scale = 1.f) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> dist(0.f, scale);
+  std::vector<float> v(n);
+  for (auto& x : v) x = dist(rng);
+  return v;
+}
+
+inline DeviceFloats to_device(const std::vector<float>& v, const std::string& label = "zs::test") {
+  DeviceFloats d(label, v.size());
+  auto h = Kokkos::create_mirror_view(d);
+  for (std::size_t i = 0; i < v.size(); ++i) h(i) = v[i];
+  Kokkos::deep_copy(d, h);
+  return d;
+}
+
+template <class View>
+std::vector<typename View::non_const_value_type> to_host(const View& d) {
+  auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), d);
+  return std::vector<typename View::non_const_value_type>(h.data(), h.data() + h.size());
+}
+
+}  // namespace zs::test
