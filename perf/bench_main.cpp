@@ -3,10 +3,13 @@
 #include <benchmark/benchmark.h>
 
 #include <Kokkos_Core.hpp>
+#include <cstdlib>
 
 #include "backends/device_info.hpp"
 
 int main(int argc, char** argv) {
+  // Kokkos warns on every start when OMP_PROC_BIND is unset; binding stays the user's choice.
+  setenv("OMP_PROC_BIND", "false", 0);
   Kokkos::ScopeGuard kokkos(argc, argv);
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;

@@ -11,7 +11,7 @@ namespace zs::bench {
 
 template <class F>
 void time_on_stream(benchmark::State& state, Stream& stream, F&& enqueue, int batch = 100) {
-  for (int i = 0; i < 10; ++i) enqueue();  // warm-up: module load, scratch sizing
+  for (int i = 0; i < 3; ++i) enqueue();  // warm-up: module load, scratch sizing, graph capture
   stream.synchronize();
   StreamTimer timer(stream);
   double total_ms = 0;

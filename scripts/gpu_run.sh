@@ -15,15 +15,19 @@ for deb in .carry/debs/*.deb; do dpkg -x "$deb" "$sysroot"; done
 export ZEROSYNC_DEPS="$repo/.carry/deps"
 export PATH="/usr/local/cuda/bin:$PATH"
 t0=$(date +%s)
-bash cmake/bootstrap.sh --no-apt cuda 2>&1 | tee "$out/bootstrap.log" || exit 1
+bash cmake/bootstrap.sh --no-apt cuda > "$out/bootstrap.log" 2>&1 || { cat "$out/bootstrap.log" .carry/deps/logs/*; exit 1; }
 cmake --preset cuda -DCMAKE_PREFIX_PATH="$sysroot/usr" > "$out/configure.log" 2>&1 \
   || { tail -40 "$out/configure.log"; exit 1; }
 cmake --build --preset cuda -j "$(nproc)" > "$out/build.log" 2>&1 || { grep -B2 -A8 error "$out/build.log" | head -60; exit 1; }
+rm -f "$out/configure.log" "$out/build.log"
 echo "gpu_run: Kokkos + zerosync built in $(( $(date +%s) - t0 )) s"
 
-# The whole suite, then the benchmarks; each step's output is kept even if an earlier one failed.
-{ ./build/cuda/bin/zerosync; ctest --preset cuda --no-tests=error; } 2>&1 | tee "$out/tests.log" | tail -30
-timeout 300 ./build/cuda/bin/zerosync_bench --benchmark_min_time=0.2 --benchmark_repetitions=3 \
-  --benchmark_report_aggregates_only=true --benchmark_out="$out/bench.json" \
-  --benchmark_out_format=json ${ZS_BENCH_FILTER:+--benchmark_filter="$ZS_BENCH_FILTER"} 2>&1 | tee "$out/bench.log"
-cp .carry/deps/logs/*.log "$out/" 2>/dev/null || true
+# The whole suite, the PyTorch cross-check, then the benchmarks; each step's output is kept
+# even if an earlier one failed. At most 8 files come back from $OUT: keep it to these.
+{ ./build/cuda/bin/zerosync; ctest --preset cuda --no-tests=error -j 4; } 2>&1 | tee "$out/tests.log" | tail -30
+{ for p in fp32 tf32; do python3 tools/torch_check.py --zerosync build/cuda/bin/zerosync --precision "$p" --steps 3; done; } \
+  2>&1 | tee "$out/torch_check.log" | grep -E "torch_check|over|Error|error" | head -20
+timeout "${ZS_BENCH_TIMEOUT:-300}" ./build/cuda/bin/zerosync_bench --benchmark_min_time="${ZS_BENCH_MIN_TIME:-0.1}" \
+  --benchmark_out="$out/bench.json" --benchmark_out_format=json \
+  ${ZS_BENCH_FILTER:+--benchmark_filter="$ZS_BENCH_FILTER"} > "$out/bench.log" 2>&1
+grep -E "us_per_call" "$out/bench.log" | sed -E 's/ +[0-9.]+ us +[0-9.]+ us +[0-9]+ / /' | tail -70

@@ -1,15 +1,19 @@
 // The zerosync command-line program. With no subcommand it prints the build configuration
 // and runs the self-check, so a fresh build can be trusted in one command.
 #include <CLI/CLI.hpp>
+#include <cstdlib>
 #include <iostream>
 
 #include "backends/backend.hpp"
 #include "build_info.hpp"
 #include "error.hpp"
 #include "self_check.hpp"
+#include "step_command.hpp"
 
 int main(int argc, char** argv) {
   // Kokkos takes its own --kokkos-* options out of argv before ours are parsed.
+  // Kokkos warns on every start when OMP_PROC_BIND is unset; binding stays the user's choice.
+  setenv("OMP_PROC_BIND", "false", 0);
   Kokkos::ScopeGuard kokkos(argc, argv);
   CLI::App app{"zerosync: zero-sync training hot path of a BDQ-C51 DQN (Kokkos: CUDA or OpenMP)"};
   app.require_subcommand(0, 1);
@@ -17,8 +21,19 @@ int main(int argc, char** argv) {
   auto* check = app.add_subcommand("self-check", "run the end-to-end self-check and exit 0 if it passes");
   int replays = 3;
   check->add_option("--replays", replays, "graph replays to check")->check(CLI::Range(1, 1000000));
+  zs::StepCommand step_cmd;
+  auto* step = app.add_subcommand("step", "train K steps on one batch from a safetensors file (interop)");
+  step->add_option("--config", step_cmd.config_path, "network and optimiser config (JSON)")->required();
+  step->add_option("--batch", step_cmd.batch_path, "batch (safetensors: states, next_states, actions, rewards, dones, weights)")->required();
+  step->add_option("--params", step_cmd.params_path, "initial parameters in PyTorch nn.Linear naming (default: init from seed)");
+  step->add_option("--steps", step_cmd.steps, "steps on the batch")->check(CLI::Range(1, 100000000));
+  step->add_option("--out", step_cmd.out_path, "results (safetensors)")->required();
   CLI11_PARSE(app, argc, argv);
   try {
+    if (step->parsed()) {
+      zs::run_step_command(step_cmd, std::cout);
+      return 0;
+    }
     const bool all = app.get_subcommands().empty();
     if (all || info->parsed()) zs::print_build_info(std::cout);
     if (all || check->parsed()) {

@@ -1,0 +1,67 @@
+// µs per training-guard check with its mailbox post (the per-step cost), directly launched and
+// as graph replays, and per boundary (snapshot + reset + post).
+#include <benchmark/benchmark.h>
+
+#include "backends/graph.hpp"
+#include "bench_util.hpp"
+#include "guard.hpp"
+
+namespace {
+
+struct GuardInputs {
+  zs::DeviceScalar<float> loss{"loss"};
+  zs::DeviceScalar<double> grad{"grad_norm"};
+  zs::DeviceScalar<float> lr{"lr"};
+  GuardInputs() {
+    Kokkos::deep_copy(loss, 0.5f);
+    Kokkos::deep_copy(grad, 1.0);
+    Kokkos::deep_copy(lr, 1e-4f);
+  }
+};
+
+void BM_GuardCheck(benchmark::State& state) {
+  zs::Stream stream;
+  GuardInputs in;
+  zs::TrainingGuard guard;
+  zs::bench::time_on_stream(state, stream,
+                            [&] { guard.check(stream.exec(), in.loss, in.grad, in.lr); });
+}
+BENCHMARK(BM_GuardCheck)->UseManualTime()->Unit(benchmark::kMicrosecond);
+
+// The guard kernel alone, without the mailbox post: how the per-step cost splits.
+void BM_GuardCheckKernelOnly(benchmark::State& state) {
+  zs::Stream stream;
+  GuardInputs in;
+  zs::DeviceScalar<std::int64_t> step("step");
+  zs::DeviceScalar<int> skip("skip");
+  Kokkos::View<double*, zs::MemSpace> record("record", zs::kernels::guard_record::size);
+  Kokkos::View<double*, zs::MemSpace> totals("totals", zs::kernels::guard_totals::size);
+  const zs::GuardConfig config;
+  zs::bench::time_on_stream(state, stream, [&] {
+    zs::kernels::guard_check(stream.exec(), in.loss, in.grad, in.lr, step, record, totals, skip,
+                             config);
+  });
+}
+BENCHMARK(BM_GuardCheckKernelOnly)->UseManualTime()->Unit(benchmark::kMicrosecond);
+
+void BM_GuardCheckGraphReplay(benchmark::State& state) {
+  zs::Stream stream;
+  GuardInputs in;
+  zs::TrainingGuard guard;
+  auto body = [&] { guard.check(stream.exec(), in.loss, in.grad, in.lr); };
+  body();
+  stream.synchronize();
+  zs::Graph graph;
+  graph.capture(stream, body);
+  zs::bench::time_on_stream(state, stream, [&] { graph.replay(stream); });
+}
+BENCHMARK(BM_GuardCheckGraphReplay)->UseManualTime()->Unit(benchmark::kMicrosecond);
+
+void BM_GuardBoundary(benchmark::State& state) {
+  zs::Stream stream;
+  zs::TrainingGuard guard;
+  zs::bench::time_on_stream(state, stream, [&] { guard.boundary(stream.exec()); });
+}
+BENCHMARK(BM_GuardBoundary)->UseManualTime()->Unit(benchmark::kMicrosecond);
+
+}  // namespace

@@ -1,0 +1,51 @@
+// µs per batched spectral-norm call (all 10 weight matrices of the reference config, one
+// launch), directly launched and as graph replays. σ_max = 1 with N(0, 0.1²) weights, so the
+// scaling pass runs (σ₁ of the 256-wide layers starts near 3 and creeps back above 1).
+#include <benchmark/benchmark.h>
+
+#include <random>
+
+#include "backends/graph.hpp"
+#include "bench_util.hpp"
+#include "param_buffer.hpp"
+#include "spectral_norm.hpp"
+
+namespace {
+
+void fill_weights(const zs::ParamLayout& layout, const zs::DeviceFloats& params) {
+  auto h = Kokkos::create_mirror_view(params);
+  std::mt19937_64 rng(7);
+  std::normal_distribution<float> normal(0.f, 0.1f);
+  for (const auto& l : layout.layers())
+    for (std::size_t i = 0; i < std::size_t(l.in) * l.out; ++i)
+      h(l.weight_offset + i) = normal(rng);
+  Kokkos::deep_copy(params, h);
+}
+
+void BM_SpectralNorm(benchmark::State& state) {
+  const zs::ParamLayout layout{zs::Config{}};
+  zs::ParamBuffer params(layout, "params");
+  fill_weights(layout, params.flat());
+  const zs::SpectralNorm sn(layout, 1.f, 1);
+  zs::Stream stream;
+  zs::bench::time_on_stream(state, stream, [&] { sn.apply(stream.exec(), params.flat()); });
+  state.counters["matrices"] = sn.matrices();
+}
+BENCHMARK(BM_SpectralNorm)->UseManualTime()->Unit(benchmark::kMicrosecond);
+
+void BM_SpectralNormGraphReplay(benchmark::State& state) {
+  const zs::ParamLayout layout{zs::Config{}};
+  zs::ParamBuffer params(layout, "params");
+  fill_weights(layout, params.flat());
+  const zs::SpectralNorm sn(layout, 1.f, 1);
+  zs::Stream stream;
+  auto body = [&] { sn.apply(stream.exec(), params.flat()); };
+  body();
+  stream.synchronize();
+  zs::Graph graph;
+  graph.capture(stream, body);
+  zs::bench::time_on_stream(state, stream, [&] { graph.replay(stream); });
+}
+BENCHMARK(BM_SpectralNormGraphReplay)->UseManualTime()->Unit(benchmark::kMicrosecond);
+
+}  // namespace

@@ -1,0 +1,145 @@
+// Adam over the flat parameter buffer, with torch.optim.Adam's semantics (no weight decay,
+// bias-corrected, t starting at 1). t and the bias corrections live on the device and advance
+// only on steps the guard let through, so a captured graph replays correctly and a skipped
+// step leaves no trace.
+#pragma once
+#include <cmath>
+#include <cstdint>
+#include <string>
+
+#include "backends/backend.hpp"
+#include "error.hpp"
+#include "kernels/grad_clip.hpp"  // detail::flat_block: the flat kernels' shared work split
+
+namespace zs::kernels {
+
+// Fixed for a run, so passed by value. Defaults are torch's.
+struct AdamHyper {
+  float beta1 = 0.9f;
+  float beta2 = 0.999f;
+  float eps = 1e-8f;
+};
+
+// Slots of the device state (a View<double*> of kAdamStateSize): t, 1 − β1^t, 1 − β2^t.
+// Doubles: t is exact to 2^53 steps, and the corrections are computed as torch does.
+enum AdamSlot : int { kAdamT = 0, kAdamBc1 = 1, kAdamBc2 = 2, kAdamStateSize = 3 };
+
+// A zeroed state (t = 0: no step taken yet). Set-up only: it allocates.
+template <class Mem = MemSpace>
+Kokkos::View<double*, Mem> make_adam_state(const std::string& label = "zs::adam_state") {
+  return Kokkos::View<double*, Mem>(label, kAdamStateSize);
+}
+
+template <class Exec>
+struct AdamPrepare {
+  Kokkos::View<double*, typename Exec::memory_space> state;
+  Kokkos::View<const int, typename Exec::memory_space> skip;
+  double beta1, beta2;
+
+  KOKKOS_INLINE_FUNCTION void operator()(const int) const {
+    if (skip() != 0) return;
+    const double t = state(kAdamT) + 1.0;
+    state(kAdamT) = t;
+    state(kAdamBc1) = 1.0 - ::pow(beta1, t);
+    state(kAdamBc2) = 1.0 - ::pow(beta2, t);
+  }
+};
+
+template <class Exec>
+struct AdamUpdate {
+  Kokkos::View<float*, typename Exec::memory_space> params;
+  Kokkos::View<const float*, typename Exec::memory_space> grads;
+  Kokkos::View<float*, typename Exec::memory_space> m, v;
+  Kokkos::View<const double*, typename Exec::memory_space> state;
+  Kokkos::View<const int, typename Exec::memory_space> skip;
+  Kokkos::View<const float, typename Exec::memory_space> lr, grad_scale;
+  float beta1, one_minus_beta1, beta2, one_minus_beta2, eps;
+
+  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t item) const {
+    if (skip() != 0) return;
+    const double bc1 = state(kAdamBc1);
+    // bc1 is 0 only before the first adam_prepare; updating then would divide by zero.
+    if (bc1 == 0.0) return;
+    // As torch: step_size and sqrt(bc2) are scalars in double, the elementwise work in float.
+    const float step_size = static_cast<float>(static_cast<double>(lr()) / bc1);
+    const float bc2_sqrt = static_cast<float>(::sqrt(state(kAdamBc2)));
+    // The clip scale is fused in here, so clipping needs no pass of its own. A zero scale
+    // (poisoned norm) means a zero gradient, not 0 × NaN.
+    const float s = grad_scale();
+    const bool zero_grad = s == 0.f;
+    std::int64_t begin, end;
+    detail::flat_range<Exec>(item, params.extent(0), begin, end);
+    for (std::int64_t i = begin; i < end; ++i) {
+      const float g = zero_grad ? 0.f : grads(i) * s;
+      const float mi = beta1 * m(i) + one_minus_beta1 * g;
+      const float vi = beta2 * v(i) + one_minus_beta2 * g * g;
+      m(i) = mi;
+      v(i) = vi;
+      const float denom = ::sqrtf(vi) / bc2_sqrt + eps;
+      params(i) -= step_size * mi / denom;
+    }
+  }
+};
+
+namespace detail {
+
+inline void check_adam_hyper(const char* who, const AdamHyper& h) {
+  require(std::isfinite(h.beta1) && h.beta1 >= 0.f && h.beta1 < 1.f, who, ": beta1 = ", h.beta1,
+          " is invalid; expected a value in [0, 1)");
+  require(std::isfinite(h.beta2) && h.beta2 >= 0.f && h.beta2 < 1.f, who, ": beta2 = ", h.beta2,
+          " is invalid; expected a value in [0, 1)");
+  require(std::isfinite(h.eps) && h.eps > 0.f, who, ": eps = ", h.eps,
+          " is invalid; expected a finite value > 0");
+}
+
+template <class StateView>
+void check_adam_state(const char* who, const StateView& state) {
+  require(state.extent(0) == static_cast<std::size_t>(kAdamStateSize), who, ": the Adam state has ",
+          state.extent(0), " slots; expected ", static_cast<int>(kAdamStateSize),
+          " (t, bias correction 1, bias correction 2; see make_adam_state)");
+}
+
+}  // namespace detail
+
+// Enqueues one thread: unless `skip` is set, t += 1 and the bias corrections for the new t.
+// Run it once per step, before adam_update.
+template <class Exec>
+void adam_prepare(const Exec& exec, Kokkos::View<double*, typename Exec::memory_space> state,
+                  Kokkos::View<const int, typename Exec::memory_space> skip,
+                  const AdamHyper& hyper) {
+  detail::check_adam_state("adam_prepare", state);
+  detail::check_adam_hyper("adam_prepare", hyper);
+  Kokkos::parallel_for("zs::adam_prepare", Kokkos::RangePolicy<Exec>(exec, 0, 1),
+                       AdamPrepare<Exec>{state, skip, hyper.beta1, hyper.beta2});
+}
+
+// Enqueues the elementwise Adam step on the flat buffers with g = grads × grad_scale (the clip
+// scale). With `skip` set nothing is written. lr and grad_scale are read on the device, so a
+// schedule can change lr without recapturing a graph. Before the first adam_prepare
+// (t = 0) it writes nothing.
+template <class Exec>
+void adam_update(const Exec& exec, Kokkos::View<float*, typename Exec::memory_space> params,
+                 Kokkos::View<const float*, typename Exec::memory_space> grads,
+                 Kokkos::View<float*, typename Exec::memory_space> m,
+                 Kokkos::View<float*, typename Exec::memory_space> v,
+                 Kokkos::View<const double*, typename Exec::memory_space> state,
+                 Kokkos::View<const int, typename Exec::memory_space> skip,
+                 Kokkos::View<const float, typename Exec::memory_space> lr,
+                 Kokkos::View<const float, typename Exec::memory_space> grad_scale,
+                 const AdamHyper& hyper) {
+  const std::size_t n = params.extent(0);
+  require(n > 0, "adam_update: the parameter buffer is empty (0 elements); expected at least 1");
+  require(grads.extent(0) == n && m.extent(0) == n && v.extent(0) == n,
+          "adam_update: params has ", n, " elements but grads has ", grads.extent(0), ", m has ",
+          m.extent(0), " and v has ", v.extent(0), "; expected all four to have ", n);
+  detail::check_adam_state("adam_update", state);
+  detail::check_adam_hyper("adam_update", hyper);
+  // 1 − β computed in double then rounded once, as torch passes it.
+  const auto one_minus = [](float b) { return static_cast<float>(1.0 - static_cast<double>(b)); };
+  Kokkos::parallel_for(
+      "zs::adam_update", detail::flat_policy(exec, n),
+      AdamUpdate<Exec>{params, grads, m, v, state, skip, lr, grad_scale, hyper.beta1,
+                       one_minus(hyper.beta1), hyper.beta2, one_minus(hyper.beta2), hyper.eps});
+}
+
+}  // namespace zs::kernels

@@ -1,0 +1,76 @@
+// The BDQ-C51 output head: dueling combine on logits, per atom and per branch
+// (q_k[a][j] = v[j] + o_k[a][j] − mean_a o_k[a][j]), then log-softmax over atoms.
+#pragma once
+#include <cmath>
+
+#include "backends/backend.hpp"
+#include "error.hpp"
+
+namespace zs::kernels {
+
+// Where branch outputs live. All branches' output layers write into one flat buffer, branch k
+// as a contiguous [rows, n_k·atoms] matrix starting at rows·cum[k]·atoms, so each branch's GEMM
+// writes a plain row-major matrix and this kernel finds any (row, action, atom) by arithmetic.
+template <class Exec>
+struct BranchTable {
+  Kokkos::View<const int*, typename Exec::memory_space> cum;        // [K + 1]: first action of branch k
+  Kokkos::View<const int*, typename Exec::memory_space> branch_of;  // [A]: branch of global action g
+  int branches = 0, actions = 0;
+
+  KOKKOS_INLINE_FUNCTION std::size_t index(int rows, int atoms, int k, int r, int a, int j) const {
+    const int n = cum(k + 1) - cum(k);
+    return static_cast<std::size_t>(rows) * cum(k) * atoms + (static_cast<std::size_t>(r) * n + a) * atoms + j;
+  }
+};
+
+template <class Exec>
+struct DuelingLogSoftmax {
+  using MS = typename Exec::memory_space;
+  Kokkos::View<const float**, Kokkos::LayoutRight, MS, Kokkos::MemoryUnmanaged> value;  // [R, atoms]
+  Kokkos::View<const float*, MS, Kokkos::MemoryUnmanaged> branch_out;                  // flat, see BranchTable
+  Kokkos::View<float***, Kokkos::LayoutRight, MS> logp;                                 // [R, A, atoms]
+  BranchTable<Exec> table;
+
+  KOKKOS_INLINE_FUNCTION float logit(int r, int k, int a, int n, int j) const {
+    const int rows = static_cast<int>(logp.extent(0)), atoms = static_cast<int>(logp.extent(2));
+    float mean = 0.f;
+    for (int b = 0; b < n; ++b) mean += branch_out(table.index(rows, atoms, k, r, b, j));
+    mean /= static_cast<float>(n);
+    return value(r, j) + branch_out(table.index(rows, atoms, k, r, a, j)) - mean;
+  }
+
+  KOKKOS_INLINE_FUNCTION void operator()(const int idx) const {
+    const int actions = static_cast<int>(logp.extent(1)), atoms = static_cast<int>(logp.extent(2));
+    const int r = idx / actions, g = idx % actions;
+    const int k = table.branch_of(g), a = g - table.cum(k), n = table.cum(k + 1) - table.cum(k);
+    float mx = logit(r, k, a, n, 0);
+    for (int j = 1; j < atoms; ++j) {
+      const float l = logit(r, k, a, n, j);
+      mx = l > mx ? l : mx;
+    }
+    float s = 0.f;
+    for (int j = 0; j < atoms; ++j) s += ::expf(logit(r, k, a, n, j) - mx);
+    const float lse = mx + ::logf(s);
+    for (int j = 0; j < atoms; ++j) logp(r, g, j) = logit(r, k, a, n, j) - lse;
+  }
+};
+
+template <class Exec>
+void dueling_log_softmax(const Exec& exec,
+                         const Kokkos::View<const float**, Kokkos::LayoutRight, typename Exec::memory_space,
+                                            Kokkos::MemoryUnmanaged>& value,
+                         const Kokkos::View<const float*, typename Exec::memory_space, Kokkos::MemoryUnmanaged>& branch_out,
+                         const Kokkos::View<float***, Kokkos::LayoutRight, typename Exec::memory_space>& logp,
+                         const BranchTable<Exec>& table) {
+  const std::size_t rows = logp.extent(0), actions = logp.extent(1), atoms = logp.extent(2);
+  require(value.extent(0) == rows && value.extent(1) == atoms, "dueling_log_softmax: value stream is [",
+          value.extent(0), ", ", value.extent(1), "]; expected [", rows, ", ", atoms, "]");
+  require(branch_out.extent(0) == rows * actions * atoms, "dueling_log_softmax: branch outputs hold ",
+          branch_out.extent(0), " floats; expected rows·actions·atoms = ", rows * actions * atoms);
+  require(static_cast<int>(actions) == table.actions, "dueling_log_softmax: ", actions,
+          " actions in the output; the branch table has ", table.actions);
+  Kokkos::parallel_for("zs::dueling_log_softmax", Kokkos::RangePolicy<Exec>(exec, 0, rows * actions),
+                       DuelingLogSoftmax<Exec>{value, branch_out, logp, table});
+}
+
+}  // namespace zs::kernels

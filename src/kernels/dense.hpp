@@ -1,0 +1,82 @@
+// The elementwise and column-wise pieces of a dense layer around its GEMM: bias + ReLU after
+// the forward product, the ReLU mask and the bias gradient (column sums) in the backward pass.
+#pragma once
+#include "backends/backend.hpp"
+#include "error.hpp"
+
+namespace zs::kernels {
+
+template <class Exec>
+using Mat = Kokkos::View<float**, Kokkos::LayoutRight, typename Exec::memory_space, Kokkos::MemoryUnmanaged>;
+template <class Exec>
+using ConstMat =
+    Kokkos::View<const float**, Kokkos::LayoutRight, typename Exec::memory_space, Kokkos::MemoryUnmanaged>;
+template <class Exec>
+using Vec = Kokkos::View<float*, typename Exec::memory_space, Kokkos::MemoryUnmanaged>;
+template <class Exec>
+using ConstVec = Kokkos::View<const float*, typename Exec::memory_space, Kokkos::MemoryUnmanaged>;
+
+template <class Exec>
+struct BiasAct {
+  Mat<Exec> y;
+  ConstVec<Exec> b;
+  bool relu;
+  KOKKOS_INLINE_FUNCTION void operator()(const int i) const {
+    const int cols = static_cast<int>(y.extent(1));
+    const int r = i / cols, c = i % cols;
+    const float v = y(r, c) + b(c);
+    y(r, c) = (relu && v < 0.f) ? 0.f : v;  // NaN stays NaN: the guard must see it in the loss
+  }
+};
+
+// y[r, c] += b[c], then ReLU if asked.
+template <class Exec>
+void bias_act(const Exec& exec, const Mat<Exec>& y, const ConstVec<Exec>& b, bool relu) {
+  require(b.extent(0) == y.extent(1), "bias_act: bias has ", b.extent(0), " entries; expected ", y.extent(1),
+          " (the output width)");
+  Kokkos::parallel_for("zs::bias_act", Kokkos::RangePolicy<Exec>(exec, 0, y.extent(0) * y.extent(1)),
+                       BiasAct<Exec>{y, b, relu});
+}
+
+template <class Exec>
+struct ReluMask {
+  Mat<Exec> dy;
+  ConstMat<Exec> y;
+  KOKKOS_INLINE_FUNCTION void operator()(const int i) const {
+    const int cols = static_cast<int>(dy.extent(1));
+    const int r = i / cols, c = i % cols;
+    if (y(r, c) <= 0.f) dy(r, c) = 0.f;  // a NaN activation keeps its (NaN) gradient
+  }
+};
+
+// dy *= (y > 0), where y is the layer's post-ReLU output.
+template <class Exec>
+void relu_backward(const Exec& exec, const Mat<Exec>& dy, const ConstMat<Exec>& y) {
+  require(dy.extent(0) == y.extent(0) && dy.extent(1) == y.extent(1), "relu_backward: gradient is [",
+          dy.extent(0), ", ", dy.extent(1), "]; expected the activation's shape [", y.extent(0), ", ",
+          y.extent(1), "]");
+  Kokkos::parallel_for("zs::relu_backward", Kokkos::RangePolicy<Exec>(exec, 0, dy.extent(0) * dy.extent(1)),
+                       ReluMask<Exec>{dy, y});
+}
+
+template <class Exec>
+struct ColumnSum {
+  ConstMat<Exec> dz;
+  Vec<Exec> db;
+  KOKKOS_INLINE_FUNCTION void operator()(const int c) const {
+    float s = 0.f;
+    for (std::size_t r = 0; r < dz.extent(0); ++r) s += dz(r, c);
+    db(c) = s;
+  }
+};
+
+// db[c] = Σ_r dz[r, c]: the bias gradient. One thread per column; rows are the batch (≤ a few
+// thousand), and a fixed order keeps the result the same on every run.
+template <class Exec>
+void column_sum(const Exec& exec, const ConstMat<Exec>& dz, const Vec<Exec>& db) {
+  require(db.extent(0) == dz.extent(1), "column_sum: output has ", db.extent(0), " entries; expected ",
+          dz.extent(1));
+  Kokkos::parallel_for("zs::column_sum", Kokkos::RangePolicy<Exec>(exec, 0, dz.extent(1)), ColumnSum<Exec>{dz, db});
+}
+
+}  // namespace zs::kernels

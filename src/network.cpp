@@ -1,0 +1,144 @@
+#include "network.hpp"
+
+#include "kernels/dense.hpp"
+
+namespace zs {
+
+namespace {
+using kernels::ConstMat;
+using kernels::ConstVec;
+using kernels::Mat;
+using kernels::Vec;
+
+int total_actions(const Config& c) {
+  int a = 0;
+  for (int n : c.branches) a += n;
+  return a;
+}
+ConstMatrixView as_const(const MatrixView& m) { return ConstMatrixView(m.data(), m.extent(0), m.extent(1)); }
+ConstVec<ExecSpace> as_const(const ParamBuffer::Vector& v) { return ConstVec<ExecSpace>(v.data(), v.extent(0)); }
+}  // namespace
+
+MatrixView as_matrix(const DeviceFloats& flat, int rows, int cols, int row0) {
+  require(static_cast<std::size_t>(row0 + rows) * cols <= flat.extent(0), "as_matrix: rows ", row0, "..",
+          row0 + rows, " of width ", cols, " exceed a buffer of ", flat.extent(0), " floats");
+  return MatrixView(flat.data() + static_cast<std::size_t>(row0) * cols, rows, cols);
+}
+
+Activations::Activations(const Config& c, int r) : rows(r) {
+  require(r >= 1, "Activations: rows = ", r, "; expected at least 1");
+  for (int w : c.trunk) trunk.emplace_back("zs::act::trunk", std::size_t(r) * w);
+  value_hidden = DeviceFloats("zs::act::value_hidden", std::size_t(r) * c.head_hidden);
+  value_out = DeviceFloats("zs::act::value_out", std::size_t(r) * c.atoms);
+  for (std::size_t k = 0; k < c.branches.size(); ++k)
+    branch_hidden.emplace_back("zs::act::branch_hidden", std::size_t(r) * c.head_hidden);
+  branch_out = DeviceFloats("zs::act::branch_out", std::size_t(r) * total_actions(c) * c.atoms);
+  logp = LogProbs("zs::act::logp", r, total_actions(c), c.atoms);
+}
+
+Gradients::Gradients(const Config& c, int r) : rows(r) {
+  require(r >= 1, "Gradients: rows = ", r, "; expected at least 1");
+  d_value_out = DeviceFloats("zs::grad::d_value_out", std::size_t(r) * c.atoms);
+  d_branch_out = DeviceFloats("zs::grad::d_branch_out", std::size_t(r) * total_actions(c) * c.atoms);
+  d_hidden = DeviceFloats("zs::grad::d_hidden", std::size_t(r) * c.head_hidden);
+  for (int w : c.trunk) d_trunk.emplace_back("zs::grad::d_trunk", std::size_t(r) * w);
+}
+
+Network::Network(const Config& config, const ParamLayout& layout)
+    : config_(config),
+      trunk_layers_(layout.trunk_layers()),
+      value0_(layout.trunk_layers()),
+      branch0_(layout.trunk_layers() + 2),
+      cum_("zs::net::cum", config.branches.size() + 1),
+      branch_of_("zs::net::branch_of", total_actions(config)) {
+  auto cum = Kokkos::create_mirror_view(cum_);
+  auto of = Kokkos::create_mirror_view(branch_of_);
+  cum(0) = 0;
+  for (std::size_t k = 0; k < config.branches.size(); ++k) {
+    cum(k + 1) = cum(k) + config.branches[k];
+    for (int a = cum(k); a < cum(k + 1); ++a) of(a) = static_cast<int>(k);
+  }
+  for (std::size_t k = 0; k <= config.branches.size(); ++k) cum_host_.push_back(cum(k));
+  Kokkos::deep_copy(cum_, cum);
+  Kokkos::deep_copy(branch_of_, of);
+  table_.cum = cum_;
+  table_.branch_of = branch_of_;
+  table_.branches = static_cast<int>(config.branches.size());
+  table_.actions = total_actions(config);
+}
+
+void Network::forward(const ExecSpace& exec, const Gemm& gemm, const ParamBuffer& p, const ConstMatrixView& input,
+                      Activations& acts) const {
+  const Config& c = config_;
+  const int R = acts.rows;
+  require(static_cast<int>(input.extent(0)) == R && static_cast<int>(input.extent(1)) == c.state_dim,
+          "Network::forward: input is [", input.extent(0), ", ", input.extent(1), "]; expected [", R, ", ",
+          c.state_dim, "]");
+  // Dense layer: y = x·Wᵀ, then + b and ReLU.
+  auto dense = [&](const ConstMatrixView& x, int layer, const MatrixView& y, bool relu) {
+    gemm(Trans::N, Trans::T, 1.f, x, as_const(p.weight(layer)), 0.f, y);
+    kernels::bias_act<ExecSpace>(exec, y, as_const(p.bias(layer)), relu);
+  };
+  ConstMatrixView x = input;
+  for (int i = 0; i < trunk_layers_; ++i) {
+    auto y = as_matrix(acts.trunk[i], R, c.trunk[i]);
+    dense(x, i, y, true);
+    x = as_const(y);
+  }
+  const ConstMatrixView features = x;
+  auto vh = as_matrix(acts.value_hidden, R, c.head_hidden);
+  dense(features, value0_, vh, true);
+  auto vo = as_matrix(acts.value_out, R, c.atoms);
+  dense(as_const(vh), value0_ + 1, vo, false);
+  for (int k = 0; k < table_.branches; ++k) {
+    auto bh = as_matrix(acts.branch_hidden[k], R, c.head_hidden);
+    dense(features, branch0_ + 2 * k, bh, true);
+    const int width = c.branches[k] * c.atoms;
+    MatrixView bo(acts.branch_out.data() + branch_block(R, k), R, width);
+    dense(as_const(bh), branch0_ + 2 * k + 1, bo, false);
+  }
+  kernels::dueling_log_softmax<ExecSpace>(
+      exec, as_const(vo), ConstVec<ExecSpace>(acts.branch_out.data(), acts.branch_out.extent(0)), acts.logp, table_);
+}
+
+void Network::backward(const ExecSpace& exec, const Gemm& gemm, const ParamBuffer& p, const ConstMatrixView& input,
+                       const Activations& acts, Gradients& g, const ParamBuffer& grad) const {
+  const Config& c = config_;
+  const int B = g.rows, T = trunk_layers_, F = c.trunk.back(), H = c.head_hidden;
+  require(B <= acts.rows, "Network::backward: ", B, " gradient rows but only ", acts.rows, " activation rows");
+  require(static_cast<int>(input.extent(0)) == B && static_cast<int>(input.extent(1)) == c.state_dim,
+          "Network::backward: input is [", input.extent(0), ", ", input.extent(1), "]; expected [", B, ", ",
+          c.state_dim, "]");
+  // The first B rows of each activation: the s-half of the stacked forward pass.
+  auto first_rows = [&](const DeviceFloats& f, int cols) { return as_const(as_matrix(f, B, cols)); };
+  const ConstMatrixView features = first_rows(acts.trunk[T - 1], F);
+  const MatrixView d_features = as_matrix(g.d_trunk[T - 1], B, F);
+  const MatrixView dh = as_matrix(g.d_hidden, B, H);
+
+  // Output layer l0+1 and hidden layer l0 of one head; the head's input gradient goes into
+  // d_features, overwritten by the first head (beta 0) and accumulated by the others.
+  auto head = [&](const ConstMatrixView& d_out, const ConstMatrixView& hidden, int l0, float beta) {
+    gemm(Trans::T, Trans::N, 1.f, d_out, hidden, 0.f, grad.weight(l0 + 1));
+    kernels::column_sum<ExecSpace>(exec, d_out, grad.bias(l0 + 1));
+    gemm(Trans::N, Trans::N, 1.f, d_out, as_const(p.weight(l0 + 1)), 0.f, dh);
+    kernels::relu_backward<ExecSpace>(exec, dh, hidden);
+    gemm(Trans::T, Trans::N, 1.f, as_const(dh), features, 0.f, grad.weight(l0));
+    kernels::column_sum<ExecSpace>(exec, as_const(dh), grad.bias(l0));
+    gemm(Trans::N, Trans::N, 1.f, as_const(dh), as_const(p.weight(l0)), beta, d_features);
+  };
+  head(first_rows(g.d_value_out, c.atoms), first_rows(acts.value_hidden, H), value0_, 0.f);
+  for (int k = 0; k < table_.branches; ++k) {
+    const ConstMatrixView d_out(g.d_branch_out.data() + branch_block(B, k), B, c.branches[k] * c.atoms);
+    head(d_out, first_rows(acts.branch_hidden[k], H), branch0_ + 2 * k, 1.f);
+  }
+  for (int i = T - 1; i >= 0; --i) {
+    const MatrixView dz = as_matrix(g.d_trunk[i], B, c.trunk[i]);
+    kernels::relu_backward<ExecSpace>(exec, dz, first_rows(acts.trunk[i], c.trunk[i]));
+    const ConstMatrixView x = i == 0 ? input : first_rows(acts.trunk[i - 1], c.trunk[i - 1]);
+    gemm(Trans::T, Trans::N, 1.f, as_const(dz), x, 0.f, grad.weight(i));
+    kernels::column_sum<ExecSpace>(exec, as_const(dz), grad.bias(i));
+    if (i > 0) gemm(Trans::N, Trans::N, 1.f, as_const(dz), as_const(p.weight(i)), 0.f, as_matrix(g.d_trunk[i - 1], B, c.trunk[i - 1]));
+  }
+}
+
+}  // namespace zs

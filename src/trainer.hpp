@@ -1,0 +1,118 @@
+// The BDQ-C51 training step, end to end on one stream with no host synchronisation:
+// [spectral norm] → forward (online on s and s′ stacked, target on s′) → C51 loss → backward →
+// grad norm → guard → clip scale → Adam (skipped on the device when the guard trips) → Polyak
+// target update → guard record to the pinned mailbox. On CUDA the step is recorded once as a
+// CUDA graph and replayed: one launch per step.
+#pragma once
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "backends/gemm.hpp"
+#include "backends/graph.hpp"
+#include "batch.hpp"
+#include "grad_budget.hpp"
+#include "guard.hpp"
+#include "network.hpp"
+#include "spectral_norm.hpp"
+
+namespace zs {
+
+struct TrainerOptions {
+  int batch_size = 256;
+  GuardConfig guard{};
+  GradBudget budget{};   // auxiliaries are off: C51 gets the whole max_grad_norm
+  bool use_graph = true;  // record the step once and replay it (CUDA graph on CUDA)
+};
+
+class Trainer {
+ public:
+  Trainer(const Config& config, const TrainerOptions& options = TrainerOptions{});
+  ~Trainer();
+  Trainer(const Trainer&) = delete;
+  Trainer& operator=(const Trainer&) = delete;
+
+  const Config& config() const { return config_; }
+  const ParamLayout& layout() const { return layout_; }
+  const TrainerOptions& options() const { return options_; }
+  Stream& stream() { return stream_; }
+
+  // The batch the next step trains on. Fill it on the device (deep_copy or your own kernels,
+  // ordered before step() on stream()), e.g. with upload_batch().
+  DeviceBatch& batch() { return batch_; }
+
+  // Enqueues one training step; never waits. With use_graph, the first call runs directly (so
+  // Kokkos and cuBLAS size their scratch outside capture) and then records the step; every
+  // later call is one graph replay. Kernel arguments are frozen at recording: anything that
+  // changes per step lives in device memory (Adam's t, the guard's step, lr).
+  void step();
+  // The step's phases in order; enqueue_phase() runs one of them alone (benchmarks time the
+  // phases this way: docs/performance.md's breakdown).
+  enum class Phase { spectral_norm, forward, loss, backward, norm_and_guard, optimizer };
+  static constexpr Phase kPhases[] = {Phase::spectral_norm, Phase::forward, Phase::loss,
+                                      Phase::backward, Phase::norm_and_guard, Phase::optimizer};
+  static const char* phase_name(Phase p);
+  void enqueue_phase(Phase p);
+  // Enqueues the same step by direct launches, never the graph (for parity checks).
+  void step_direct();
+  std::int64_t steps_enqueued() const { return steps_; }
+  bool graph_recorded() const { return graph_ && graph_->captured(); }
+  std::size_t graph_nodes() const { return graph_ ? graph_->node_count() : 0; }
+
+  // The newest guard record that has reached the host (loss, grad norm, halts, running sums),
+  // and how many steps behind the newest enqueued step it is. Never waits.
+  std::optional<GuardStatus> metrics() const { return guard_.latest(steps_); }
+  void synchronize() const { stream_.synchronize(); }
+
+  // Enqueues lr ← value on the stream (a schedule may call it between steps; graph-safe).
+  void set_lr(float lr);
+  // PyTorch nn.Linear's default init, U(−1/√in, 1/√in) for weights and biases, from `seed`;
+  // the target becomes a copy; Adam's state, the guard and the step count are reset.
+  void init_params(std::uint64_t seed);
+
+  // Device state, for tests, tools and checkpoints.
+  const ParamBuffer& online() const { return online_; }
+  const ParamBuffer& target() const { return target_; }
+  const ParamBuffer& grad() const { return grad_; }  // last step's gradient, before clipping
+  const ParamBuffer& adam_m() const { return m_; }
+  const ParamBuffer& adam_v() const { return v_; }
+  const LossOutputs& loss() const { return loss_; }
+  DeviceScalar<double> grad_norm() const { return grad_norm_; }
+  const TrainingGuard& guard() const { return guard_; }
+
+  // Host copies of one named tensor ("trunk.0.weight", …) of a buffer, and the reverse; the
+  // data is row-major like PyTorch's. Blocking: for set-up, tools and checkpoints, never a step.
+  std::vector<float> read_tensor(const ParamBuffer& buf, const std::string& name) const;
+  void write_tensor(const ParamBuffer& buf, const std::string& name, const std::vector<float>& data);
+
+  // Checkpoint (safetensors): parameters, target, Adam m/v and t, guard state, spectral-norm
+  // vectors, step count and the config. load() refuses a file whose config differs from this
+  // trainer's, or that is truncated or corrupt; a resumed run continues exactly.
+  void save(const std::string& path) const;
+  void load(const std::string& path);
+
+ private:
+  void enqueue_step();
+
+  Config config_;
+  TrainerOptions options_;
+  ParamLayout layout_;
+  Stream stream_;
+  Gemm gemm_;
+  Network net_;
+  ParamBuffer online_, target_, grad_, m_, v_;
+  DeviceBatch batch_;
+  Activations acts_online_, acts_target_;
+  Gradients grads_;
+  LossOutputs loss_;
+  DeviceScalar<double> grad_norm_;
+  DeviceScalar<float> lr_, clip_scale_;
+  Kokkos::View<double*, MemSpace> adam_state_;
+  TrainingGuard guard_;
+  std::unique_ptr<SpectralNorm> spectral_;
+  std::unique_ptr<Graph> graph_;
+  std::int64_t steps_ = 0;
+};
+
+}  // namespace zs

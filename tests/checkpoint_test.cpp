@@ -1,0 +1,150 @@
+// Trainer checkpoints: a resumed run continues bit for bit like the uninterrupted one, and a
+// checkpoint of another config, or a truncated, corrupt or incomplete one, is refused with a
+// message and changes nothing.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <random>
+
+#include "safetensors.hpp"
+#include "test_util.hpp"
+#include "trainer.hpp"
+
+namespace {
+
+zs::Config config(std::uint64_t seed, int atoms = 11) {
+  return zs::Config::from_json({{"state_dim", 5}, {"trunk", {12}}, {"head_hidden", 6}, {"branches", {3, 2}},
+                                {"atoms", atoms}, {"lr", 3e-3}, {"seed", seed}, {"spectral_norm", 2.0},
+                                {"precision", "fp32"}});
+}
+
+zs::HostBatch batch(const zs::Config& c, int B, std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> n(0.f, 1.f);
+  zs::HostBatch b;
+  b.size = B;
+  for (int i = 0; i < B * c.state_dim; ++i) b.states.push_back(n(rng)), b.next_states.push_back(n(rng));
+  for (int i = 0; i < B; ++i) {
+    for (int nk : c.branches) b.actions.push_back(static_cast<int>(rng() % nk));
+    b.rewards.push_back(n(rng));
+    b.dones.push_back(i % 4 == 0 ? 1.f : 0.f);
+    b.weights.push_back(1.f);
+  }
+  return b;
+}
+
+std::vector<float> all_state(const zs::Trainer& t) {
+  std::vector<float> s;
+  for (const auto* buf : {&t.online(), &t.target(), &t.adam_m(), &t.adam_v()}) {
+    const auto h = zs::test::to_host(buf->flat());
+    s.insert(s.end(), h.begin(), h.end());
+  }
+  return s;
+}
+
+void run(zs::Trainer& t, const zs::Config& c, int from, int to, std::uint64_t seed) {
+  for (int s = from; s < to; ++s) {
+    zs::upload(t.stream().exec(), c, batch(c, 8, seed + s), t.batch());
+    t.step();
+  }
+  t.synchronize();
+}
+
+std::string temp(const std::string& name) { return ::testing::TempDir() + name; }
+
+std::string error_of(zs::Trainer& t, const std::string& path) {
+  try {
+    t.load(path);
+  } catch (const zs::Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST(Checkpoint, ResumedRunContinuesExactlyLikeTheUninterruptedOne) {
+  const auto seed = zs::test::fresh_seed();
+  SCOPED_TRACE(testing::Message() << "seed " << seed);
+  const auto c = config(seed);
+  zs::TrainerOptions opt;
+  opt.batch_size = 8;
+  opt.guard.warmup_steps = 2;  // the guard's step counter matters after warm-up: it must survive too
+  zs::Trainer whole(c, opt);
+  run(whole, c, 0, 10, seed);
+
+  const std::string path = temp("zs_resume.safetensors");
+  {
+    zs::Trainer first(c, opt);
+    run(first, c, 0, 4, seed);
+    first.save(path);
+  }
+  zs::Trainer resumed(c, opt);
+  resumed.load(path);
+  EXPECT_EQ(resumed.steps_enqueued(), 4);
+  run(resumed, c, 4, 10, seed);
+  const auto a = all_state(whole), b = all_state(resumed);
+  ASSERT_EQ(a.size(), b.size());
+  EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0);
+  ASSERT_TRUE(whole.metrics() && resumed.metrics());
+  EXPECT_EQ(whole.metrics()->step, resumed.metrics()->step);
+  EXPECT_EQ(whole.metrics()->raw_loss, resumed.metrics()->raw_loss);
+}
+
+TEST(Checkpoint, RefusesOtherConfigTruncatedCorruptOrIncompleteFilesAndChangesNothing) {
+  const auto seed = zs::test::fresh_seed();
+  const auto c = config(seed);
+  zs::TrainerOptions opt;
+  opt.batch_size = 8;
+  zs::Trainer t(c, opt);
+  run(t, c, 0, 2, seed);
+  const std::string good = temp("zs_good.safetensors");
+  t.save(good);
+  const auto before = all_state(t);
+
+  {  // another config
+    zs::Trainer other(config(seed, 13), opt);
+    const std::string p = temp("zs_other.safetensors");
+    other.save(p);
+    const auto msg = error_of(t, p);
+    EXPECT_NE(msg.find("was written with config"), std::string::npos) << msg;
+  }
+  std::ifstream in(good, std::ios::binary);
+  const std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  {  // truncated
+    const std::string p = temp("zs_trunc.safetensors");
+    std::ofstream(p, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size() * 2 / 3));
+    const auto msg = error_of(t, p);
+    EXPECT_NE(msg.find("truncated"), std::string::npos) << msg;
+  }
+  {  // corrupt header length
+    auto bad = bytes;
+    bad[0] ^= 0x5a;
+    const std::string p = temp("zs_corrupt.safetensors");
+    std::ofstream(p, std::ios::binary).write(bad.data(), static_cast<std::streamsize>(bad.size()));
+    EXPECT_FALSE(error_of(t, p).empty());
+  }
+  {  // a tensor missing
+    auto f = zs::safetensors::read(good);
+    f.tensors.erase("adam_v.branch.1.1.weight");
+    const std::string p = temp("zs_incomplete.safetensors");
+    zs::safetensors::write(p, f);
+    const auto msg = error_of(t, p);
+    EXPECT_NE(msg.find("adam_v.branch.1.1.weight"), std::string::npos) << msg;
+  }
+  {  // not a zerosync checkpoint
+    zs::safetensors::File f;
+    f.tensors["x"] = zs::safetensors::Tensor::from<float>({1}, {1.f});
+    const std::string p = temp("zs_foreign.safetensors");
+    zs::safetensors::write(p, f);
+    const auto msg = error_of(t, p);
+    EXPECT_NE(msg.find("expected a file written by zerosync"), std::string::npos) << msg;
+  }
+  EXPECT_FALSE(error_of(t, temp("zs_no_such_file.safetensors")).empty());
+  const auto after = all_state(t);
+  EXPECT_EQ(std::memcmp(before.data(), after.data(), before.size() * sizeof(float)), 0);
+  // And the good one still loads.
+  EXPECT_NO_THROW(t.load(good));
+}

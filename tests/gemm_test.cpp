@@ -1,0 +1,137 @@
+// zs::Gemm against a naive double-precision product, every transpose combination, awkward
+// sizes. FP32 mode must be near-exact; TF32 (CUDA tensor cores: 10-bit mantissa inputs) within
+// the 1e-3 relative error that arithmetic allows.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+
+#include "backends/gemm.hpp"
+#include "backends/graph.hpp"
+#include "error.hpp"
+#include "test_util.hpp"
+
+namespace {
+
+using Matrix = Kokkos::View<float**, Kokkos::LayoutRight, zs::MemSpace>;
+
+Matrix to_device_matrix(const std::vector<float>& v, int rows, int cols) {
+  Matrix m("m", rows, cols);
+  auto h = Kokkos::create_mirror_view(m);
+  for (int r = 0; r < rows; ++r)
+    for (int c = 0; c < cols; ++c) h(r, c) = v[r * cols + c];
+  Kokkos::deep_copy(m, h);
+  return m;
+}
+
+// Relative Frobenius error of the device product against the double reference.
+double gemm_error(zs::Precision precision, zs::Trans ta, zs::Trans tb, int m, int n, int k,
+                  float alpha, float beta, std::uint64_t seed) {
+  const int ar = ta == zs::Trans::N ? m : k, ac = ta == zs::Trans::N ? k : m;
+  const int br = tb == zs::Trans::N ? k : n, bc = tb == zs::Trans::N ? n : k;
+  const auto a = zs::test::random_normal(std::size_t(ar) * ac, seed);
+  const auto b = zs::test::random_normal(std::size_t(br) * bc, seed + 1);
+  const auto c0 = zs::test::random_normal(std::size_t(m) * n, seed + 2);
+  std::vector<double> ref(std::size_t(m) * n);
+  for (int i = 0; i < m; ++i)
+    for (int j = 0; j < n; ++j) {
+      double s = 0;
+      for (int p = 0; p < k; ++p) {
+        const double x = ta == zs::Trans::N ? a[i * ac + p] : a[p * ac + i];
+        const double y = tb == zs::Trans::N ? b[p * bc + j] : b[j * bc + p];
+        s += x * y;
+      }
+      ref[i * n + j] = double(alpha) * s + double(beta) * c0[i * n + j];
+    }
+  zs::Stream stream;
+  zs::Gemm gemm(stream, precision);
+  auto da = to_device_matrix(a, ar, ac), db = to_device_matrix(b, br, bc);
+  auto dc = to_device_matrix(c0, m, n);
+  gemm(ta, tb, alpha, da, db, beta, dc);
+  stream.synchronize();
+  const auto out = zs::test::to_host(dc);
+  double num = 0, den = 0;
+  for (std::size_t i = 0; i < ref.size(); ++i) {
+    num += (out[i] - ref[i]) * (out[i] - ref[i]);
+    den += ref[i] * ref[i];
+  }
+  return std::sqrt(num / den);
+}
+
+}  // namespace
+
+TEST(Gemm, MatchesDoubleReferenceAllTransposesFp32AndTf32) {
+  struct Shape { int m, n, k; };
+  for (const Shape s : {Shape{1, 1, 1}, Shape{7, 5, 3}, Shape{33, 17, 129}, Shape{256, 128, 48},
+                        Shape{512, 255, 128}}) {
+    for (auto ta : {zs::Trans::N, zs::Trans::T})
+      for (auto tb : {zs::Trans::N, zs::Trans::T}) {
+        const auto seed = zs::test::fresh_seed();
+        SCOPED_TRACE(testing::Message() << s.m << "x" << s.n << "x" << s.k << " ta=" << int(ta)
+                                        << " tb=" << int(tb) << " seed " << seed);
+        EXPECT_LT(gemm_error(zs::Precision::fp32, ta, tb, s.m, s.n, s.k, 1.f, 0.f, seed), 1e-5);
+        EXPECT_LT(gemm_error(zs::Precision::fp32, ta, tb, s.m, s.n, s.k, -0.75f, 1.f, seed), 1e-5);
+        EXPECT_LT(gemm_error(zs::Precision::tf32, ta, tb, s.m, s.n, s.k, 1.3f, 0.5f, seed), 1e-3);
+      }
+  }
+}
+
+TEST(Gemm, BetaZeroIgnoresWhatCHeld) {
+  zs::Stream stream;
+  zs::Gemm gemm(stream, zs::Precision::fp32);
+  Matrix a("a", 3, 4), b("b", 4, 2), c("c", 3, 2);
+  Kokkos::deep_copy(a, 1.f);
+  Kokkos::deep_copy(b, 2.f);
+  Kokkos::deep_copy(c, std::numeric_limits<float>::quiet_NaN());
+  gemm(zs::Trans::N, zs::Trans::N, 1.f, a, b, 0.f, c);
+  stream.synchronize();
+  for (float x : zs::test::to_host(c)) EXPECT_EQ(x, 8.f);
+}
+
+TEST(Gemm, MismatchedShapesAreClearErrors) {
+  zs::Stream stream;
+  zs::Gemm gemm(stream, zs::Precision::tf32);
+  Matrix a("a", 3, 4), b("b", 5, 2), c("c", 3, 2);
+  try {
+    gemm(zs::Trans::N, zs::Trans::N, 1.f, a, b, 0.f, c);
+    FAIL();
+  } catch (const zs::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("A is [3, 4] but B is [5, 2]"), std::string::npos) << e.what();
+  }
+  Matrix b2("b2", 4, 2), c2("c2", 2, 2);
+  try {
+    gemm(zs::Trans::N, zs::Trans::N, 1.f, a, b2, 0.f, c2);
+    FAIL();
+  } catch (const zs::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("C is [2, 2]; expected [3, 2]"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Gemm, CapturedInAGraphAndReplayedWithNewInputs) {
+  const int m = 64, n = 96, k = 48;
+  zs::Stream stream;
+  zs::Gemm gemm(stream, zs::Precision::fp32);
+  Matrix a("a", m, k), b("b", k, n), c("c", m, n);
+  auto body = [&] { gemm(zs::Trans::N, zs::Trans::N, 1.f, a, b, 0.f, c); };
+  body();
+  stream.synchronize();
+  zs::Graph graph;
+  graph.capture(stream, body);
+  for (int replay = 0; replay < 3; ++replay) {
+    const auto seed = zs::test::fresh_seed();
+    SCOPED_TRACE(testing::Message() << "seed " << seed);
+    const auto va = zs::test::random_normal(std::size_t(m) * k, seed);
+    const auto vb = zs::test::random_normal(std::size_t(k) * n, seed + 7);
+    Kokkos::deep_copy(a, to_device_matrix(va, m, k));
+    Kokkos::deep_copy(b, to_device_matrix(vb, k, n));
+    graph.replay(stream);
+    stream.synchronize();
+    const auto out = zs::test::to_host(c);
+    for (int i = 0; i < m; ++i)
+      for (int j = 0; j < n; ++j) {
+        double s = 0;
+        for (int p = 0; p < k; ++p) s += double(va[i * k + p]) * vb[p * n + j];
+        ASSERT_NEAR(out[i * n + j], s, 1e-5 * (1 + std::abs(s)));
+      }
+  }
+}

@@ -1,0 +1,239 @@
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "backends/graph.hpp"
+#include "backends/stream.hpp"
+#include "error.hpp"
+#include "kernels/target_update.hpp"
+#include "param_layout.hpp"
+#include "test_util.hpp"
+
+namespace {
+
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+
+// Stands in for whatever advances the applied-update counter on the device in a real step
+// (Adam's t does the same): it stays still on a skipped step.
+struct Increment {
+  Kokkos::View<std::int64_t, zs::MemSpace> counter;
+  Kokkos::View<const int, zs::MemSpace> skip;
+  KOKKOS_INLINE_FUNCTION void operator()(const int) const {
+    if (skip() == 0) counter() += 1;
+  }
+};
+
+void increment(const zs::Stream& stream, const Kokkos::View<std::int64_t, zs::MemSpace>& counter,
+               const Kokkos::View<const int, zs::MemSpace>& skip) {
+  Kokkos::parallel_for("zs::test::increment", Kokkos::RangePolicy<zs::ExecSpace>(stream.exec(), 0, 1),
+                       Increment{counter, skip});
+}
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const zs::Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+zs::DeviceScalar<int> skip_flag(int value) {
+  zs::DeviceScalar<int> s("skip");
+  Kokkos::deep_copy(s, value);
+  return s;
+}
+
+// Reference: τ-weighted average in double.
+void expect_polyak(const std::vector<float>& got, const std::vector<float>& target,
+                   const std::vector<float>& online, double tau) {
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    const double a = (1.0 - tau) * target[i], b = tau * online[i];
+    ASSERT_NEAR(got[i], a + b, 1e-6 * (std::fabs(a) + std::fabs(b)) + 1e-37) << "at " << i;
+  }
+}
+
+}  // namespace
+
+TEST(TargetUpdate, PolyakMatchesReferenceOnAwkwardSizes) {
+  const std::size_t reference_size = zs::ParamLayout(zs::Config{}).size();
+  zs::Stream stream;
+  auto skip = skip_flag(0);
+  for (std::size_t n : {std::size_t{1}, std::size_t{31}, std::size_t{33}, std::size_t{1031},
+                        std::size_t{65537}, reference_size}) {
+    for (float tau : {0.005f, 0.3f, 0.999f}) {
+      const auto seed = zs::test::fresh_seed();
+      SCOPED_TRACE(testing::Message() << "n = " << n << ", tau " << tau << ", seed " << seed);
+      const auto target = zs::test::random_normal(n, seed);
+      const auto online = zs::test::random_normal(n, seed + 1, 2.f);
+      auto dt = zs::test::to_device(target);
+      auto dn = zs::test::to_device(online);
+      zs::kernels::polyak_update(stream.exec(), dt, dn, skip, tau);
+      stream.synchronize();
+      expect_polyak(zs::test::to_host(dt), target, online, tau);
+    }
+  }
+}
+
+TEST(TargetUpdate, TauZeroKeepsAndTauOneCopiesExactly) {
+  const auto seed = zs::test::fresh_seed();
+  SCOPED_TRACE(testing::Message() << "seed " << seed);
+  const std::size_t n = 4099;
+  // Wide dynamic range: target + 1·(online − target) would round here, the weighted form not.
+  auto target = zs::test::random_normal(n, seed, 1e3f);
+  auto online = zs::test::random_normal(n, seed + 1, 1e-3f);
+  zs::Stream stream;
+  auto skip = skip_flag(0);
+  auto dt = zs::test::to_device(target);
+  auto dn = zs::test::to_device(online);
+  zs::kernels::polyak_update(stream.exec(), dt, dn, skip, 0.f);
+  stream.synchronize();
+  const auto kept = zs::test::to_host(dt);
+  for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(kept[i], target[i]) << "at " << i;
+  zs::kernels::polyak_update(stream.exec(), dt, dn, skip, 1.f);
+  stream.synchronize();
+  EXPECT_TRUE(same_bits(zs::test::to_host(dt), online));
+}
+
+TEST(TargetUpdate, SkipFlagLeavesTargetUntouched) {
+  const auto seed = zs::test::fresh_seed();
+  SCOPED_TRACE(testing::Message() << "seed " << seed);
+  const std::size_t n = 1031;
+  const auto target = zs::test::random_normal(n, seed);
+  auto online = zs::test::random_normal(n, seed + 1);
+  online[seed % n] = kNaN;  // what a poisoned step could have left: must not leak through
+  zs::Stream stream;
+  Kokkos::View<std::int64_t, zs::MemSpace> step("step");
+  Kokkos::deep_copy(step, 4);  // a copy step for K = 2 and K = 4
+  for (int flag : {1, -1, 7}) {
+    SCOPED_TRACE(testing::Message() << "skip " << flag);
+    auto skip = skip_flag(flag);
+    auto dt = zs::test::to_device(target);
+    auto dn = zs::test::to_device(online);
+    zs::kernels::polyak_update(stream.exec(), dt, dn, skip, 0.5f);
+    zs::kernels::hard_update(stream.exec(), dt, dn, step, skip, 2);
+    stream.synchronize();
+    EXPECT_TRUE(same_bits(zs::test::to_host(dt), target));
+  }
+}
+
+TEST(TargetUpdate, HardCopiesEveryKAppliedUpdates) {
+  const std::size_t n = 1031;
+  zs::Stream stream;
+  auto skip = skip_flag(0);
+  Kokkos::View<std::int64_t, zs::MemSpace> step("step");
+  for (std::int64_t K : {1, 3, 7}) {
+    const auto seed = zs::test::fresh_seed();
+    SCOPED_TRACE(testing::Message() << "K = " << K << ", seed " << seed);
+    Kokkos::deep_copy(step, 0);
+    std::vector<float> ref_target = zs::test::random_normal(n, seed);
+    auto dt = zs::test::to_device(ref_target);
+    zs::DeviceFloats dn("online", n);
+    int copies = 0;
+    // step 0: nothing applied yet, so no copy even though 0 % K == 0.
+    for (std::int64_t s = 0; s <= 4 * K + 1; ++s) {
+      SCOPED_TRACE(testing::Message() << "step " << s);
+      const auto online = zs::test::random_normal(n, seed + 1 + s);
+      Kokkos::deep_copy(dn, zs::test::to_device(online));
+      zs::kernels::hard_update(stream.exec(), dt, dn, step, skip, K);
+      increment(stream, step, skip);
+      stream.synchronize();
+      if (s > 0 && s % K == 0) {
+        ref_target = online;
+        ++copies;
+      }
+      ASSERT_TRUE(same_bits(zs::test::to_host(dt), ref_target));
+    }
+    EXPECT_EQ(copies, (4 * K + 1) / K);
+  }
+}
+
+TEST(TargetUpdate, GraphReplayPolyakAndHard) {
+  const std::size_t n = 100003;
+  const std::int64_t K = 3;
+  const float tau = 0.05f;
+  zs::Stream stream;
+  zs::DeviceFloats soft("soft", n), hard("hard", n), online("online", n);
+  Kokkos::View<std::int64_t, zs::MemSpace> step("step");
+  auto skip = skip_flag(0);
+  const auto seed = zs::test::fresh_seed();
+  SCOPED_TRACE(testing::Message() << "seed " << seed);
+  std::vector<float> ref_soft = zs::test::random_normal(n, seed), ref_hard = ref_soft;
+  Kokkos::deep_copy(soft, zs::test::to_device(ref_soft));
+  Kokkos::deep_copy(hard, soft);
+  auto body = [&] {
+    increment(stream, step, skip);  // the update this step applied
+    zs::kernels::polyak_update(stream.exec(), soft, online, skip, tau);
+    zs::kernels::hard_update(stream.exec(), hard, online, step, skip, K);
+  };
+  std::int64_t applied = 0;
+  auto check = [&](const std::vector<float>& on, bool skipped) {
+    if (skipped) return;
+    ++applied;
+    const auto before = ref_soft;
+    expect_polyak(zs::test::to_host(soft), before, on, tau);
+    ref_soft = zs::test::to_host(soft);  // continue from the device's rounding
+    if (applied % K == 0) ref_hard = on;
+    EXPECT_TRUE(same_bits(zs::test::to_host(hard), ref_hard)) << "applied " << applied;
+  };
+  auto on = zs::test::random_normal(n, seed + 1);
+  Kokkos::deep_copy(online, zs::test::to_device(on));
+  body();
+  stream.synchronize();
+  check(on, false);
+  zs::Graph graph;
+  graph.capture(stream, body);
+  ASSERT_TRUE(graph.captured());
+  for (int replay = 0; replay < 10; ++replay) {
+    SCOPED_TRACE(testing::Message() << "replay " << replay);
+    // Two guard trips, one of them where a hard copy would have been due.
+    const bool skipped = replay == 1 || replay == 5;
+    on = zs::test::random_normal(n, seed + 2 + replay);
+    Kokkos::deep_copy(online, zs::test::to_device(on));
+    Kokkos::deep_copy(skip, skipped ? 1 : 0);
+    const auto soft_before = zs::test::to_host(soft), hard_before = zs::test::to_host(hard);
+    graph.replay(stream);
+    stream.synchronize();
+    if (skipped) {
+      EXPECT_TRUE(same_bits(zs::test::to_host(soft), soft_before));
+      EXPECT_TRUE(same_bits(zs::test::to_host(hard), hard_before));
+    }
+    check(on, skipped);
+  }
+  EXPECT_EQ(applied, 9);
+  std::int64_t h_step = 0;
+  Kokkos::deep_copy(h_step, step);
+  EXPECT_EQ(h_step, 9);
+}
+
+TEST(TargetUpdate, BadShapesTauAndPeriodAreClearErrors) {
+  zs::Stream stream;
+  zs::DeviceFloats a("a", 10), b("b", 11), empty("empty", 0);
+  Kokkos::View<std::int64_t, zs::MemSpace> step("step");
+  auto skip = skip_flag(0);
+  std::string msg = error_of([&] { zs::kernels::polyak_update(stream.exec(), a, b, skip, 0.1f); });
+  EXPECT_NE(msg.find("target has 10"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("online has 11"), std::string::npos) << msg;
+  msg = error_of([&] { zs::kernels::hard_update(stream.exec(), b, a, step, skip, 2); });
+  EXPECT_NE(msg.find("target has 11"), std::string::npos) << msg;
+  msg = error_of([&] { zs::kernels::polyak_update(stream.exec(), empty, empty, skip, 0.1f); });
+  EXPECT_NE(msg.find("empty"), std::string::npos) << msg;
+  for (float tau : {-0.01f, 1.01f, kNaN, std::numeric_limits<float>::infinity()}) {
+    msg = error_of([&] { zs::kernels::polyak_update(stream.exec(), a, a, skip, tau); });
+    EXPECT_NE(msg.find("polyak_update: tau = "), std::string::npos) << msg;
+  }
+  for (std::int64_t K : {0, -3}) {
+    msg = error_of([&] { zs::kernels::hard_update(stream.exec(), a, a, step, skip, K); });
+    EXPECT_NE(msg.find("period K = " + std::to_string(K)), std::string::npos) << msg;
+  }
+}

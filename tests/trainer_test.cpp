@@ -1,0 +1,184 @@
+// The whole step through zs::Trainer: its loss against the double reference, its update against
+// a host Adam on the device gradient, graph replay against direct launch, and a NaN batch that
+// trips the guard and changes nothing.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <nlohmann/json.hpp>
+#include <random>
+
+#include "network_reference.hpp"
+#include "test_util.hpp"
+#include "trainer.hpp"
+
+namespace {
+
+zs::Config small_config(std::uint64_t seed) {
+  return zs::Config::from_json({{"state_dim", 6}, {"trunk", {16, 12}}, {"head_hidden", 8}, {"branches", {3, 2, 2}},
+                                {"atoms", 11}, {"v_min", -5}, {"v_max", 5}, {"gamma", 0.95}, {"n_step", 3},
+                                {"lr", 1e-3}, {"max_grad_norm", 0.01}, {"tau", 0.01}, {"seed", seed},
+                                {"precision", "fp32"}});
+}
+
+zs::HostBatch random_batch(const zs::Config& c, int B, std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> n(0.f, 1.f);
+  std::uniform_real_distribution<float> u(0.f, 1.f);
+  zs::HostBatch b;
+  b.size = B;
+  for (int i = 0; i < B * c.state_dim; ++i) b.states.push_back(n(rng)), b.next_states.push_back(n(rng));
+  for (int i = 0; i < B; ++i) {
+    for (int nk : c.branches) b.actions.push_back(static_cast<int>(rng() % nk));
+    b.rewards.push_back(2 * n(rng));
+    b.dones.push_back(u(rng) < 0.2f ? 1.f : 0.f);
+    b.weights.push_back(0.5f + u(rng));
+  }
+  return b;
+}
+
+std::vector<float> host_copy(const zs::DeviceFloats& d) { return zs::test::to_host(d); }
+
+bool bit_equal(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+}  // namespace
+
+TEST(Trainer, FirstStepLossAndAdamUpdateMatchReferences) {
+  const auto seed = zs::test::fresh_seed();
+  SCOPED_TRACE(testing::Message() << "seed " << seed);
+  const auto c = small_config(seed);
+  zs::TrainerOptions opt;
+  opt.batch_size = 9;
+  zs::Trainer tr(c, opt);
+  const auto hb = random_batch(c, 9, seed + 1);
+  zs::upload(tr.stream().exec(), c, hb, tr.batch());
+  const auto p0 = host_copy(tr.online().flat());
+  const auto t0 = host_copy(tr.target().flat());
+  tr.step_direct();
+  tr.synchronize();
+
+  // Loss against the double reference on the initial parameters.
+  zs::test::RefNet ref(c, tr.layout());
+  zs::test::RefBatch rb;
+  rb.B = 9;
+  rb.states.assign(hb.states.begin(), hb.states.end());
+  rb.next_states.assign(hb.next_states.begin(), hb.next_states.end());
+  rb.actions = hb.actions;
+  rb.rewards.assign(hb.rewards.begin(), hb.rewards.end());
+  rb.dones.assign(hb.dones.begin(), hb.dones.end());
+  rb.weights.assign(hb.weights.begin(), hb.weights.end());
+  const auto expect = ref.loss(std::vector<double>(p0.begin(), p0.end()), std::vector<double>(t0.begin(), t0.end()), rb);
+  float loss = 0;
+  Kokkos::deep_copy(loss, tr.loss().loss);
+  EXPECT_NEAR(loss, expect.loss, 1e-5 * expect.loss);
+
+  // Adam (torch semantics, t = 1) with the clip scale, on the device's own gradient.
+  const auto g = host_copy(tr.grad().flat());
+  double norm = 0;
+  for (float x : g) norm += double(x) * x;
+  norm = std::sqrt(norm);
+  double grad_norm = 0;
+  Kokkos::deep_copy(grad_norm, tr.grad_norm());
+  EXPECT_NEAR(grad_norm, norm, 1e-9 * norm);
+  const double scale = std::min(1.0, double(c.max_grad_norm) / (norm + 1e-6));
+  ASSERT_LT(scale, 1.0) << "max_grad_norm is small on purpose, so clipping is exercised";
+  const auto p1 = host_copy(tr.online().flat());
+  const auto t1 = host_copy(tr.target().flat());
+  const double b1 = c.adam_beta1, b2 = c.adam_beta2;
+  for (std::size_t i = 0; i < g.size(); ++i) {
+    const double gi = double(g[i]) * scale;
+    const double m = (1 - b1) * gi, v = (1 - b2) * gi * gi;
+    const double p = p0[i] - c.lr / (1 - b1) * m / (std::sqrt(v) / std::sqrt(1 - b2) + c.adam_eps);
+    ASSERT_NEAR(p1[i], p, 1e-6 + 1e-5 * std::abs(p)) << "param " << i;
+    const double t = t0[i] + c.tau * (p1[i] - t0[i]);
+    ASSERT_NEAR(t1[i], t, 1e-6 + 1e-5 * std::abs(t)) << "target " << i;
+  }
+}
+
+TEST(Trainer, GraphReplayEqualsDirectLaunch) {
+  const auto seed = zs::test::fresh_seed();
+  SCOPED_TRACE(testing::Message() << "seed " << seed);
+  const auto c = small_config(seed);
+  zs::TrainerOptions opt;
+  opt.batch_size = 16;
+  zs::Trainer graph(c, opt), direct(c, opt);
+  for (int s = 0; s < 6; ++s) {
+    const auto hb = random_batch(c, 16, seed + 100 + s);
+    zs::upload(graph.stream().exec(), c, hb, graph.batch());
+    zs::upload(direct.stream().exec(), c, hb, direct.batch());
+    graph.step();
+    direct.step_direct();
+  }
+  graph.synchronize();
+  direct.synchronize();
+  EXPECT_TRUE(graph.graph_recorded());
+  EXPECT_TRUE(bit_equal(host_copy(graph.online().flat()), host_copy(direct.online().flat())));
+  EXPECT_TRUE(bit_equal(host_copy(graph.target().flat()), host_copy(direct.target().flat())));
+  EXPECT_TRUE(bit_equal(host_copy(graph.adam_v().flat()), host_copy(direct.adam_v().flat())));
+  const auto mg = graph.metrics(), md = direct.metrics();
+  ASSERT_TRUE(mg && md);
+  EXPECT_EQ(mg->step, 5);
+  EXPECT_EQ(mg->steps_behind, 0);
+  EXPECT_EQ(mg->raw_loss, md->raw_loss);
+  EXPECT_EQ(mg->running.steps, 6);
+}
+
+TEST(Trainer, NaNBatchTripsTheGuardAndChangesNothing) {
+  const auto seed = zs::test::fresh_seed();
+  SCOPED_TRACE(testing::Message() << "seed " << seed);
+  const auto c = small_config(seed);
+  zs::TrainerOptions opt;
+  opt.batch_size = 8;
+  zs::Trainer tr(c, opt);
+  auto hb = random_batch(c, 8, seed + 3);
+  zs::upload(tr.stream().exec(), c, hb, tr.batch());
+  tr.step();
+  tr.step();
+  tr.synchronize();
+  const auto online = host_copy(tr.online().flat()), target = host_copy(tr.target().flat());
+  const auto m = host_copy(tr.adam_m().flat()), v = host_copy(tr.adam_v().flat());
+  for (int poison = 0; poison < 3; ++poison) {
+    auto bad = hb;
+    if (poison == 0) bad.rewards[3] = std::nanf("");
+    if (poison == 1) bad.states[5] = INFINITY;
+    if (poison == 2) bad.next_states[7] = -INFINITY;
+    zs::upload(tr.stream().exec(), c, bad, tr.batch());
+    tr.step();
+    tr.synchronize();
+    const auto st = tr.metrics();
+    ASSERT_TRUE(st.has_value());
+    EXPECT_TRUE(st->halt_nan) << "poison " << poison;
+    EXPECT_TRUE(bit_equal(online, host_copy(tr.online().flat()))) << "poison " << poison;
+    EXPECT_TRUE(bit_equal(target, host_copy(tr.target().flat())));
+    EXPECT_TRUE(bit_equal(m, host_copy(tr.adam_m().flat())));
+    EXPECT_TRUE(bit_equal(v, host_copy(tr.adam_v().flat())));
+  }
+  zs::upload(tr.stream().exec(), c, hb, tr.batch());
+  tr.step();
+  tr.synchronize();
+  EXPECT_FALSE(tr.metrics()->halt_nan);
+  EXPECT_FALSE(bit_equal(online, host_copy(tr.online().flat()))) << "a clean step after the skips updates again";
+  EXPECT_EQ(tr.metrics()->running.skipped, 3);
+}
+
+TEST(Trainer, BadBatchIsAClearError) {
+  const auto c = small_config(1);
+  zs::TrainerOptions opt;
+  opt.batch_size = 4;
+  zs::Trainer tr(c, opt);
+  auto hb = random_batch(c, 4, 7);
+  hb.actions[1] = 3;  // branch 1 has 2 actions
+  try {
+    zs::upload(tr.stream().exec(), c, hb, tr.batch());
+    FAIL();
+  } catch (const zs::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("actions[0, 1] = 3; expected 0..1"), std::string::npos) << e.what();
+  }
+  auto small = random_batch(c, 3, 7);
+  EXPECT_THROW(zs::upload(tr.stream().exec(), c, small, tr.batch()), zs::Error);
+  zs::TrainerOptions empty;
+  empty.batch_size = 0;
+  EXPECT_THROW(zs::Trainer(c, empty), zs::Error);
+}
