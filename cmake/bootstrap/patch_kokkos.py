@@ -52,6 +52,15 @@ EDITS = [
     ("cmake/KokkosConfig.cmake.in",
      "@KOKKOS_TPL_EXPORTS@\n",
      "IF(NOT TARGET CUDA::cudart)\n  FIND_PACKAGE(CUDAToolkit QUIET)\nENDIF()\n@KOKKOS_TPL_EXPORTS@\n"),
+    # 6. A functor over 512 bytes is launched through constant memory, guarded by a
+    #    cudaEventSynchronize that makes CUDA stream capture fail (seen on the H200: the C51
+    #    loss functor). Pass every functor that fits the 4 KB kernel-argument limit by value,
+    #    as the light-weight hint does; larger ones still go through global memory.
+    ("core/src/Cuda/Kokkos_Cuda_KernelLaunch.hpp",
+     "      (sizeof(DriverType) < CudaTraits::ConstantMemoryUseThreshold)\n"
+     "          ? Experimental::CudaLaunchMechanism::LocalMemory\n",
+     "      (sizeof(DriverType) < CudaTraits::KernelArgumentLimit)\n"
+     "          ? Experimental::CudaLaunchMechanism::LocalMemory\n"),
 ]
 
 
