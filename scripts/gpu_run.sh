@@ -24,9 +24,17 @@ echo "gpu_run: Kokkos + zerosync built in $(( $(date +%s) - t0 )) s"
 
 # The whole suite, the PyTorch cross-check, then the benchmarks; each step's output is kept
 # even if an earlier one failed. At most 8 files come back from $OUT: keep it to these.
-{ ./build/cuda/bin/zerosync; ctest --preset cuda --no-tests=error -j 4; } 2>&1 | tee "$out/tests.log" | tail -30
-{ for p in fp32 tf32; do python3 tools/torch_check.py --zerosync build/cuda/bin/zerosync --precision "$p" --steps 3; done; } \
-  2>&1 | tee "$out/torch_check.log" | grep -E "torch_check|over|Error|error" | head -20
+# ZS_SKIP_TESTS / ZS_SKIP_BENCH: leave a part out when the lease is short.
+if [ -z "${ZS_SKIP_TESTS:-}" ]; then
+  { ./build/cuda/bin/zerosync; ctest --preset cuda --no-tests=error -j 4; } > "$out/tests.log" 2>&1
+  tail -30 "$out/tests.log"
+fi
+{ python3 tools/torch_check.py --zerosync build/cuda/bin/zerosync --precision fp32 --steps 3
+  python3 tools/torch_check.py --zerosync build/cuda/bin/zerosync --precision tf32 --steps 3
+  python3 tools/torch_check.py --zerosync build/cuda/bin/zerosync --precision tf32 --steps 3 --all-done; } \
+  > "$out/torch_check.log" 2>&1
+grep -E "^torch_check|Error" "$out/torch_check.log"
+[ -n "${ZS_SKIP_BENCH:-}" ] && exit 0
 timeout "${ZS_BENCH_TIMEOUT:-300}" ./build/cuda/bin/zerosync_bench --benchmark_min_time="${ZS_BENCH_MIN_TIME:-0.1}" \
   --benchmark_out="$out/bench.json" --benchmark_out_format=json \
   ${ZS_BENCH_FILTER:+--benchmark_filter="$ZS_BENCH_FILTER"} > "$out/bench.log" 2>&1

@@ -26,32 +26,35 @@ struct BranchTable {
 template <class Exec>
 struct DuelingLogSoftmax {
   using MS = typename Exec::memory_space;
+  using Member = typename Kokkos::TeamPolicy<Exec>::member_type;
   Kokkos::View<const float**, Kokkos::LayoutRight, MS, Kokkos::MemoryUnmanaged> value;  // [R, atoms]
   Kokkos::View<const float*, MS, Kokkos::MemoryUnmanaged> branch_out;                  // flat, see BranchTable
   Kokkos::View<float***, Kokkos::LayoutRight, MS> logp;                                 // [R, A, atoms]
   BranchTable<Exec> table;
 
-  KOKKOS_INLINE_FUNCTION float logit(int r, int k, int a, int n, int j) const {
-    const int rows = static_cast<int>(logp.extent(0)), atoms = static_cast<int>(logp.extent(2));
-    float mean = 0.f;
-    for (int b = 0; b < n; ++b) mean += branch_out(table.index(rows, atoms, k, r, b, j));
-    mean /= static_cast<float>(n);
-    return value(r, j) + branch_out(table.index(rows, atoms, k, r, a, j)) - mean;
-  }
-
-  KOKKOS_INLINE_FUNCTION void operator()(const int idx) const {
-    const int actions = static_cast<int>(logp.extent(1)), atoms = static_cast<int>(logp.extent(2));
-    const int r = idx / actions, g = idx % actions;
+  // One team per (row, action), its threads over atoms: the logits go into logp first, then a
+  // max and a sum reduction over the team turn them into log-probabilities in place.
+  KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
+    const int rows = static_cast<int>(logp.extent(0)), actions = static_cast<int>(logp.extent(1));
+    const int atoms = static_cast<int>(logp.extent(2));
+    const int r = team.league_rank() / actions, g = team.league_rank() % actions;
     const int k = table.branch_of(g), a = g - table.cum(k), n = table.cum(k + 1) - table.cum(k);
-    float mx = logit(r, k, a, n, 0);
-    for (int j = 1; j < atoms; ++j) {
-      const float l = logit(r, k, a, n, j);
-      mx = l > mx ? l : mx;
-    }
+    float mx = 0.f;
+    Kokkos::parallel_reduce(
+        Kokkos::TeamThreadRange(team, atoms),
+        [&](const int j, float& m) {
+          float mean = 0.f;
+          for (int b = 0; b < n; ++b) mean += branch_out(table.index(rows, atoms, k, r, b, j));
+          const float l = value(r, j) + branch_out(table.index(rows, atoms, k, r, a, j)) - mean / static_cast<float>(n);
+          logp(r, g, j) = l;
+          if (l > m) m = l;  // a NaN logit never wins here; it poisons the sum below instead
+        },
+        Kokkos::Max<float>(mx));
     float s = 0.f;
-    for (int j = 0; j < atoms; ++j) s += ::expf(logit(r, k, a, n, j) - mx);
+    Kokkos::parallel_reduce(
+        Kokkos::TeamThreadRange(team, atoms), [&](const int j, float& acc) { acc += ::expf(logp(r, g, j) - mx); }, s);
     const float lse = mx + ::logf(s);
-    for (int j = 0; j < atoms; ++j) logp(r, g, j) = logit(r, k, a, n, j) - lse;
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, atoms), [&](const int j) { logp(r, g, j) -= lse; });
   }
 };
 
@@ -69,7 +72,8 @@ void dueling_log_softmax(const Exec& exec,
           branch_out.extent(0), " floats; expected rows·actions·atoms = ", rows * actions * atoms);
   require(static_cast<int>(actions) == table.actions, "dueling_log_softmax: ", actions,
           " actions in the output; the branch table has ", table.actions);
-  Kokkos::parallel_for("zs::dueling_log_softmax", Kokkos::RangePolicy<Exec>(exec, 0, rows * actions),
+  Kokkos::parallel_for("zs::dueling_log_softmax",
+                       Kokkos::TeamPolicy<Exec>(exec, static_cast<int>(rows * actions), kAtomTeam),
                        DuelingLogSoftmax<Exec>{value, branch_out, logp, table});
 }
 

@@ -23,6 +23,7 @@ template <class Exec>
 struct C51Loss {
   using MS = typename Exec::memory_space;
   using value_type = float;
+  using Member = typename Kokkos::TeamPolicy<Exec>::member_type;
   Kokkos::View<const float***, Kokkos::LayoutRight, MS> logp_online;  // [2B, A, atoms]: rows s, then s′
   Kokkos::View<const float***, Kokkos::LayoutRight, MS> logp_target;  // [B, A, atoms] on s′
   Kokkos::View<const int**, Kokkos::LayoutRight, MS> actions;         // [B, K]
@@ -35,15 +36,23 @@ struct C51Loss {
   BranchTable<Exec> table;
   Support sup;
 
-  KOKKOS_INLINE_FUNCTION void operator()(const int i, float& loss_sum) const {
+  // Position of atom j's shifted support point r + γⁿ(1 − done)·z_j on the support, in atoms.
+  KOKKOS_INLINE_FUNCTION float position(int i, int j) const {
+    float tz = rewards(i) + sup.gamma_n * (1.f - dones(i)) * sup.z(j);
+    tz = tz < sup.v_min ? sup.v_min : (tz > sup.v_max ? sup.v_max : tz);
+    return (tz - sup.v_min) / sup.delta();
+  }
+
+  // One team per sample, its threads over atoms. Every sum over atoms is a team reduction
+  // (a fixed order, so the same inputs always give the same bits: graph replay equals direct).
+  KOKKOS_INLINE_FUNCTION void operator()(const Member& team, float& loss_sum) const {
+    const int i = team.league_rank();
     const int B = static_cast<int>(rewards.extent(0)), atoms = sup.atoms, K = table.branches;
-    const float dz = sup.delta();
-    const float bootstrap = sup.gamma_n * (1.f - dones(i));
     const float coef = weights(i) / static_cast<float>(B * K);
-    for (int j = 0; j < atoms; ++j) d_value(i, j) = 0.f;
-    // A non-finite reward would reach the projection as a NaN position (and an undefined
-    // float→int cast): poison the loss instead, so the guard skips the step.
+    // A non-finite reward would reach the projection as a NaN position: poison the loss
+    // instead, so the guard skips the step.
     const bool finite_inputs = is_finite(rewards(i)) && is_finite(dones(i)) && is_finite(weights(i));
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, atoms), [&](const int j) { d_value(i, j) = 0.f; });
     float L = finite_inputs ? 0.f : NAN;
     for (int k = 0; k < K; ++k) {
       const int c0 = table.cum(k), n = table.cum(k + 1) - c0;
@@ -51,52 +60,70 @@ struct C51Loss {
       float q_best = 0.f;
       for (int a = 0; a < n; ++a) {
         float q = 0.f;
-        for (int j = 0; j < atoms; ++j) q += ::expf(logp_online(B + i, c0 + a, j)) * sup.z(j);
-        if (a == 0 || q > q_best) {
+        Kokkos::parallel_reduce(
+            Kokkos::TeamThreadRange(team, atoms),
+            [&](const int j, float& acc) { acc += ::expf(logp_online(B + i, c0 + a, j)) * sup.z(j); }, q);
+        if (a == 0 || q > q_best) {  // lowest index on ties; NaN never wins
           q_best = q;
           a_star = a;
         }
       }
-      best(i, k) = a_star;
-      for (int j = 0; j < atoms; ++j) projected(i, k, j) = 0.f;
-      for (int j = 0; j < atoms; ++j) {
-        const float p = ::expf(logp_target(i, c0 + a_star, j));
-        float tz = rewards(i) + bootstrap * sup.z(j);
-        tz = tz < sup.v_min ? sup.v_min : (tz > sup.v_max ? sup.v_max : tz);
-        const float b = finite_inputs ? (tz - sup.v_min) / dz : 0.f;
-        int lo = static_cast<int>(::floorf(b)), hi = static_cast<int>(::ceilf(b));
-        lo = lo < 0 ? 0 : (lo > atoms - 1 ? atoms - 1 : lo);
-        hi = hi < 0 ? 0 : (hi > atoms - 1 ? atoms - 1 : hi);
-        if (lo == hi) {
-          projected(i, k, lo) += p;  // b on a support point: all of the mass goes there
-        } else {
-          projected(i, k, lo) += p * (static_cast<float>(hi) - b);
-          projected(i, k, hi) += p * (b - static_cast<float>(lo));
-        }
+      // Categorical projection: p(⌈b⌉ − b) to ⌊b⌋ and p(b − ⌊b⌋) to ⌈b⌉, all of p when b is a
+      // support point. A team of one (the host) scatters, in atom order. A wider team gathers
+      // instead — target atom j takes p_l·(1 − |b_l − j|) from every source atom within one
+      // atom of it — the same split without atomics, so the result never depends on timing.
+      if (team.team_size() == 1) {
+        for (int j = 0; j < atoms; ++j) projected(i, k, j) = 0.f;
+        if (finite_inputs)
+          for (int l = 0; l < atoms; ++l) {
+            const float p = ::expf(logp_target(i, c0 + a_star, l)), b = position(i, l);
+            // Rounding can put v_max a hair past the last atom: keep both ends on the support.
+            int lo = static_cast<int>(::floorf(b)), hi = static_cast<int>(::ceilf(b));
+            lo = lo > atoms - 1 ? atoms - 1 : lo;
+            hi = hi > atoms - 1 ? atoms - 1 : hi;
+            if (lo == hi) {
+              projected(i, k, lo) += p;
+            } else {
+              projected(i, k, lo) += p * (static_cast<float>(hi) - b);
+              projected(i, k, hi) += p * (b - static_cast<float>(lo));
+            }
+          }
+      } else {
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, atoms), [&](const int j) {
+          float m = 0.f;
+          if (finite_inputs)
+            for (int l = 0; l < atoms; ++l) {
+              const float w = 1.f - ::fabsf(position(i, l) - static_cast<float>(j));
+              if (w > 0.f) m += ::expf(logp_target(i, c0 + a_star, l)) * w;
+            }
+          projected(i, k, j) = m;
+        });
       }
+      team.team_barrier();
       const int taken = actions(i, k);
-      if (taken < 0 || taken >= n) {  // a bad action poisons the loss: the guard skips the step
-        L = NAN;
-        continue;
-      }
+      const bool valid = taken >= 0 && taken < n;  // a bad action poisons the loss too
       float ce = 0.f, msum = 0.f;
-      for (int j = 0; j < atoms; ++j) {
-        ce -= projected(i, k, j) * logp_online(i, c0 + taken, j);
-        msum += projected(i, k, j);
-      }
-      L += ce / static_cast<float>(K);
+      Kokkos::parallel_reduce(
+          Kokkos::TeamThreadRange(team, atoms),
+          [&](const int j, float& acc) { acc -= projected(i, k, j) * logp_online(i, c0 + (valid ? taken : 0), j); }, ce);
+      Kokkos::parallel_reduce(
+          Kokkos::TeamThreadRange(team, atoms), [&](const int j, float& acc) { acc += projected(i, k, j); }, msum);
+      L += valid ? ce / static_cast<float>(K) : NAN;
       // d(−Σ m log softmax)/d logit_j = softmax_j·Σm − m_j, only the taken action has a loss;
       // the dueling mean spreads it over the branch's actions and the value stream.
-      for (int j = 0; j < atoms; ++j) {
-        const float dq = coef * (::expf(logp_online(i, c0 + taken, j)) * msum - projected(i, k, j));
+      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, atoms), [&](const int j) {
+        const float dq = valid ? coef * (::expf(logp_online(i, c0 + taken, j)) * msum - projected(i, k, j)) : NAN;
         d_value(i, j) += dq;
         for (int a = 0; a < n; ++a)
           d_branch_out(table.index(B, atoms, k, i, a, j)) =
               dq * ((a == taken ? 1.f : 0.f) - 1.f / static_cast<float>(n));
-      }
+      });
+      Kokkos::single(Kokkos::PerTeam(team), [&]() { best(i, k) = a_star; });
     }
-    priorities(i) = L;
-    loss_sum += weights(i) * L / static_cast<float>(B);
+    Kokkos::single(Kokkos::PerTeam(team), [&]() {
+      priorities(i) = L;
+      loss_sum += weights(i) * L / static_cast<float>(B);
+    });
   }
 };
 
@@ -118,7 +145,7 @@ void c51_loss(const Exec& exec, const C51Loss<Exec>& f, const Kokkos::View<float
           f.priorities.extent(0), " entries; expected B = ", B);
   require(static_cast<int>(f.logp_online.extent(2)) == f.sup.atoms, "c51_loss: ", f.logp_online.extent(2),
           " atoms in the head; expected ", f.sup.atoms);
-  Kokkos::parallel_reduce("zs::c51_loss", Kokkos::RangePolicy<Exec>(exec, 0, B), f, loss);
+  Kokkos::parallel_reduce("zs::c51_loss", Kokkos::TeamPolicy<Exec>(exec, static_cast<int>(B), kAtomTeam), f, loss);
 }
 
 }  // namespace zs::kernels

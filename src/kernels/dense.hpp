@@ -61,22 +61,26 @@ void relu_backward(const Exec& exec, const Mat<Exec>& dy, const ConstMat<Exec>& 
 
 template <class Exec>
 struct ColumnSum {
+  using Member = typename Kokkos::TeamPolicy<Exec>::member_type;
   ConstMat<Exec> dz;
   Vec<Exec> db;
-  KOKKOS_INLINE_FUNCTION void operator()(const int c) const {
+  KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
+    const int c = team.league_rank();
     float s = 0.f;
-    for (std::size_t r = 0; r < dz.extent(0); ++r) s += dz(r, c);
-    db(c) = s;
+    Kokkos::parallel_reduce(Kokkos::TeamThreadRange(team, static_cast<int>(dz.extent(0))),
+                            [&](const int r, float& acc) { acc += dz(r, c); }, s);
+    Kokkos::single(Kokkos::PerTeam(team), [&]() { db(c) = s; });
   }
 };
 
-// db[c] = Σ_r dz[r, c]: the bias gradient. One thread per column; rows are the batch (≤ a few
-// thousand), and a fixed order keeps the result the same on every run.
+// db[c] = Σ_r dz[r, c]: the bias gradient. One team per column, its threads over the batch
+// rows; a team reduction has a fixed order, so the result is the same on every run.
 template <class Exec>
 void column_sum(const Exec& exec, const ConstMat<Exec>& dz, const Vec<Exec>& db) {
   require(db.extent(0) == dz.extent(1), "column_sum: output has ", db.extent(0), " entries; expected ",
           dz.extent(1));
-  Kokkos::parallel_for("zs::column_sum", Kokkos::RangePolicy<Exec>(exec, 0, dz.extent(1)), ColumnSum<Exec>{dz, db});
+  Kokkos::parallel_for("zs::column_sum", Kokkos::TeamPolicy<Exec>(exec, static_cast<int>(dz.extent(1)), kAtomTeam),
+                       ColumnSum<Exec>{dz, db});
 }
 
 }  // namespace zs::kernels

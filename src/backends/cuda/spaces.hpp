@@ -8,6 +8,8 @@ using MemSpace = Kokkos::CudaSpace;
 // Pinned host memory: the step's stream stores into it without the host waiting.
 using PinnedSpace = Kokkos::CudaHostPinnedSpace;
 inline constexpr const char* kBackendName = "cuda";
+// Threads of a team whose threads split one sample's atoms (51 by default): two warps.
+inline constexpr int kAtomTeam = 64;
 
 // Orders a thread's stores as seen by the host (PCIe/NVLink), not only by other GPU threads.
 KOKKOS_INLINE_FUNCTION void system_fence() {

@@ -8,6 +8,8 @@ using ExecSpace = Kokkos::DefaultHostExecutionSpace;
 using MemSpace = Kokkos::HostSpace;
 using PinnedSpace = Kokkos::HostSpace;
 inline constexpr const char* kBackendName = "openmp";
+// On the host a team is one thread: the parallelism is across samples.
+inline constexpr int kAtomTeam = 1;
 
 KOKKOS_INLINE_FUNCTION void system_fence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
 }  // namespace zs
