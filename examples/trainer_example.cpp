@@ -2,7 +2,6 @@
 // thousand steps that never wait (graph replays on CUDA), lagged metrics, a checkpoint.
 #include <cstdio>
 #include <cstdlib>
-#include <random>
 
 #include "trainer.hpp"
 
@@ -13,20 +12,8 @@ int main(int argc, char** argv) {
   options.batch_size = 256;
   zs::Trainer trainer(config, options);
 
-  std::mt19937 rng(1);
-  std::normal_distribution<float> normal;
-  zs::HostBatch batch;
-  batch.size = options.batch_size;
-  for (int i = 0; i < batch.size * config.state_dim; ++i) {
-    batch.states.push_back(normal(rng));
-    batch.next_states.push_back(normal(rng));
-  }
-  for (int i = 0; i < batch.size; ++i) {
-    for (int n : config.branches) batch.actions.push_back(static_cast<int>(rng() % n));
-    batch.rewards.push_back(normal(rng));
-    batch.dones.push_back(0.f);
-    batch.weights.push_back(1.f);
-  }
+  // Any batch on the device will do; here a random one from the host.
+  const zs::HostBatch batch = zs::random_batch(config, options.batch_size, 1);
   zs::upload(trainer.stream().exec(), config, batch, trainer.batch());
 
   const int steps = argc > 1 ? std::atoi(argv[1]) : 200;

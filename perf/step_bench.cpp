@@ -3,7 +3,6 @@
 #include <benchmark/benchmark.h>
 
 #include <nlohmann/json.hpp>
-#include <random>
 
 #include "bench_util.hpp"
 #include "trainer.hpp"
@@ -18,20 +17,7 @@ zs::Config bench_config(int width, int heads) {
 }
 
 void fill_batch(zs::Trainer& t) {
-  const auto& c = t.config();
-  const int B = t.batch().size;
-  std::mt19937_64 rng(42);
-  std::normal_distribution<float> n(0.f, 1.f);
-  zs::HostBatch b;
-  b.size = B;
-  for (int i = 0; i < B * c.state_dim; ++i) b.states.push_back(n(rng)), b.next_states.push_back(n(rng));
-  for (int i = 0; i < B; ++i) {
-    for (int nk : c.branches) b.actions.push_back(static_cast<int>(rng() % nk));
-    b.rewards.push_back(n(rng));
-    b.dones.push_back(0.f);
-    b.weights.push_back(1.f);
-  }
-  zs::upload(t.stream().exec(), c, b, t.batch());
+  zs::upload(t.stream().exec(), t.config(), zs::random_batch(t.config(), t.batch().size, 42), t.batch());
 }
 
 // Args: batch, trunk width, head width, graph (1) or direct (0).

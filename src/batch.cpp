@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <random>
 
 #include "kernels/c51_loss.hpp"
 
@@ -16,6 +17,23 @@ DeviceBatch::DeviceBatch(const Config& c, int B)
       weights("zs::batch::weights", B > 0 ? B : 0),
       state_dim_(c.state_dim) {
   require(B >= 1, "DeviceBatch: batch size ", B, "; expected at least 1");
+}
+
+HostBatch random_batch(const Config& c, int B, std::uint64_t seed) {
+  require(B >= 1, "random_batch: batch size ", B, "; expected at least 1");
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> normal(0.f, 1.f);
+  std::uniform_real_distribution<float> uniform(0.f, 1.f);
+  HostBatch b;
+  b.size = B;
+  for (int i = 0; i < B * c.state_dim; ++i) b.states.push_back(normal(rng)), b.next_states.push_back(normal(rng));
+  for (int i = 0; i < B; ++i) {
+    for (int n : c.branches) b.actions.push_back(static_cast<int>(rng() % static_cast<unsigned>(n)));
+    b.rewards.push_back(2.f * normal(rng));
+    b.dones.push_back(uniform(rng) < 0.2f ? 1.f : 0.f);
+    b.weights.push_back(0.5f + uniform(rng));
+  }
+  return b;
 }
 
 void upload(const ExecSpace& exec, const Config& c, const HostBatch& h, DeviceBatch& dev) {

@@ -1,6 +1,7 @@
 // One training batch on the device. s and s′ share one [2B, state_dim] buffer (s in the first B
 // rows) so the online network runs on both in a single pass without a copy.
 #pragma once
+#include <cstdint>
 #include <vector>
 
 #include "config.hpp"
@@ -30,6 +31,10 @@ struct HostBatch {
   std::vector<int> actions;                // [B, branches]
   std::vector<float> rewards, dones, weights;  // [B]
 };
+
+// A batch of random transitions from `seed`: N(0, 1) states, uniform actions, rewards 2·N(0, 1),
+// 20 % terminal, importance weights in [0.5, 1.5). For smoke tests, benchmarks and examples.
+HostBatch random_batch(const Config& c, int batch_size, std::uint64_t seed);
 
 // Copies `host` into `dev` on `exec` (blocking: set-up and tools, not the hot loop). Shapes and
 // action ranges are checked with errors naming the bad value; NaN/Inf values pass through on

@@ -20,21 +20,6 @@ zs::Config config(std::uint64_t seed, int atoms = 11) {
                                 {"precision", "fp32"}});
 }
 
-zs::HostBatch batch(const zs::Config& c, int B, std::uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<float> n(0.f, 1.f);
-  zs::HostBatch b;
-  b.size = B;
-  for (int i = 0; i < B * c.state_dim; ++i) b.states.push_back(n(rng)), b.next_states.push_back(n(rng));
-  for (int i = 0; i < B; ++i) {
-    for (int nk : c.branches) b.actions.push_back(static_cast<int>(rng() % nk));
-    b.rewards.push_back(n(rng));
-    b.dones.push_back(i % 4 == 0 ? 1.f : 0.f);
-    b.weights.push_back(1.f);
-  }
-  return b;
-}
-
 std::vector<float> all_state(const zs::Trainer& t) {
   std::vector<float> s;
   for (const auto* buf : {&t.online(), &t.target(), &t.adam_m(), &t.adam_v()}) {
@@ -46,7 +31,7 @@ std::vector<float> all_state(const zs::Trainer& t) {
 
 void run(zs::Trainer& t, const zs::Config& c, int from, int to, std::uint64_t seed) {
   for (int s = from; s < to; ++s) {
-    zs::upload(t.stream().exec(), c, batch(c, 8, seed + s), t.batch());
+    zs::upload(t.stream().exec(), c, zs::random_batch(c, 8, seed + s), t.batch());
     t.step();
   }
   t.synchronize();

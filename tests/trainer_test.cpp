@@ -21,22 +21,6 @@ zs::Config small_config(std::uint64_t seed) {
                                 {"precision", "fp32"}});
 }
 
-zs::HostBatch random_batch(const zs::Config& c, int B, std::uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<float> n(0.f, 1.f);
-  std::uniform_real_distribution<float> u(0.f, 1.f);
-  zs::HostBatch b;
-  b.size = B;
-  for (int i = 0; i < B * c.state_dim; ++i) b.states.push_back(n(rng)), b.next_states.push_back(n(rng));
-  for (int i = 0; i < B; ++i) {
-    for (int nk : c.branches) b.actions.push_back(static_cast<int>(rng() % nk));
-    b.rewards.push_back(2 * n(rng));
-    b.dones.push_back(u(rng) < 0.2f ? 1.f : 0.f);
-    b.weights.push_back(0.5f + u(rng));
-  }
-  return b;
-}
-
 std::vector<float> host_copy(const zs::DeviceFloats& d) { return zs::test::to_host(d); }
 
 bool bit_equal(const std::vector<float>& a, const std::vector<float>& b) {
@@ -52,7 +36,7 @@ TEST(Trainer, FirstStepLossAndAdamUpdateMatchReferences) {
   zs::TrainerOptions opt;
   opt.batch_size = 9;
   zs::Trainer tr(c, opt);
-  const auto hb = random_batch(c, 9, seed + 1);
+  const auto hb = zs::random_batch(c, 9, seed + 1);
   zs::upload(tr.stream().exec(), c, hb, tr.batch());
   const auto p0 = host_copy(tr.online().flat());
   const auto t0 = host_copy(tr.target().flat());
@@ -105,7 +89,7 @@ TEST(Trainer, GraphReplayEqualsDirectLaunch) {
   opt.batch_size = 16;
   zs::Trainer graph(c, opt), direct(c, opt);
   for (int s = 0; s < 6; ++s) {
-    const auto hb = random_batch(c, 16, seed + 100 + s);
+    const auto hb = zs::random_batch(c, 16, seed + 100 + s);
     zs::upload(graph.stream().exec(), c, hb, graph.batch());
     zs::upload(direct.stream().exec(), c, hb, direct.batch());
     graph.step();
@@ -132,7 +116,7 @@ TEST(Trainer, NaNBatchTripsTheGuardAndChangesNothing) {
   zs::TrainerOptions opt;
   opt.batch_size = 8;
   zs::Trainer tr(c, opt);
-  auto hb = random_batch(c, 8, seed + 3);
+  auto hb = zs::random_batch(c, 8, seed + 3);
   zs::upload(tr.stream().exec(), c, hb, tr.batch());
   tr.step();
   tr.step();
@@ -168,7 +152,7 @@ TEST(Trainer, BadBatchIsAClearError) {
   zs::TrainerOptions opt;
   opt.batch_size = 4;
   zs::Trainer tr(c, opt);
-  auto hb = random_batch(c, 4, 7);
+  auto hb = zs::random_batch(c, 4, 7);
   hb.actions[1] = 3;  // branch 1 has 2 actions
   try {
     zs::upload(tr.stream().exec(), c, hb, tr.batch());
@@ -176,7 +160,7 @@ TEST(Trainer, BadBatchIsAClearError) {
   } catch (const zs::Error& e) {
     EXPECT_NE(std::string(e.what()).find("actions[0, 1] = 3; expected 0..1"), std::string::npos) << e.what();
   }
-  auto small = random_batch(c, 3, 7);
+  auto small = zs::random_batch(c, 3, 7);
   EXPECT_THROW(zs::upload(tr.stream().exec(), c, small, tr.batch()), zs::Error);
   zs::TrainerOptions empty;
   empty.batch_size = 0;
@@ -191,7 +175,7 @@ TEST(Trainer, TenThousandGraphReplaysWithMetricsArrivingThroughTheMailbox) {
   zs::TrainerOptions opt;
   opt.batch_size = 4;
   zs::Trainer tr(c, opt);
-  zs::upload(tr.stream().exec(), c, random_batch(c, 4, seed), tr.batch());
+  zs::upload(tr.stream().exec(), c, zs::random_batch(c, 4, seed), tr.batch());
   std::int64_t newest = -1;
   int fresh_reads = 0;
   for (int s = 0; s < 10000; ++s) {
