@@ -60,7 +60,8 @@ void TrainingGuard::check(const ExecSpace& exec, Kokkos::View<const float, MemSp
                           Kokkos::View<const double, MemSpace> grad_norm,
                           Kokkos::View<const float, MemSpace> lr) {
   kernels::guard_check(exec, loss, grad_norm, lr, step_, record_, totals_, skip_, config_);
-  mailbox_.post(exec, state_);
+  // step_ now counts the checks run, so every post_every-th check posts its record.
+  mailbox_.post_every(exec, state_, step_, config_.post_every);
   ++checks_enqueued_;
 }
 

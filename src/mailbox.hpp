@@ -24,8 +24,13 @@ struct MailboxPost {
   Kokkos::View<std::int64_t, typename Exec::memory_space> counter;
   Kokkos::View<std::int64_t*, PinnedSpace> tags;
   Kokkos::View<double*, PinnedSpace> payload;
+  // Optional gate: post only when gate() is a multiple of `every` (a device step counter, so a
+  // captured graph still posts every N-th replay). No gate: post every time.
+  Kokkos::View<const std::int64_t, typename Exec::memory_space> gate;
+  std::int64_t every = 1;
 
   KOKKOS_INLINE_FUNCTION void operator()(const int) const {
+    if (gate.data() != nullptr && gate() % every != 0) return;
     const std::int64_t seq = counter() + 1;
     counter() = seq;
     tags(0) = seq;
@@ -54,10 +59,17 @@ class Mailbox {
 
   // Enqueues a copy of `values` (device memory, exactly slots() doubles) on `exec`.
   void post(const ExecSpace& exec, Kokkos::View<const double*, MemSpace> values) const {
+    post_every(exec, values, {}, 1);
+  }
+  // The same, but the kernel posts only when gate() (read on the device when it runs) is a
+  // multiple of `every`: metrics every N steps without the host deciding per step.
+  void post_every(const ExecSpace& exec, Kokkos::View<const double*, MemSpace> values,
+                  Kokkos::View<const std::int64_t, MemSpace> gate, std::int64_t every) const {
     require(values.extent(0) == payload_.extent(0), "Mailbox::post: ", values.extent(0),
             " values given; expected ", payload_.extent(0));
+    require(every >= 1, "Mailbox::post_every: every = ", every, "; expected >= 1");
     Kokkos::parallel_for("zs::mailbox_post", Kokkos::RangePolicy<ExecSpace>(exec, 0, 1),
-                         kernels::MailboxPost<ExecSpace>{values, counter_, tags_, payload_});
+                         kernels::MailboxPost<ExecSpace>{values, counter_, tags_, payload_, gate, every});
   }
 
   // The newest complete record, or nothing when no record has arrived yet (or a write was

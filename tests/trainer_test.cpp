@@ -199,3 +199,27 @@ TEST(Trainer, TenThousandGraphReplaysWithMetricsArrivingThroughTheMailbox) {
   EXPECT_GT(fresh_reads, 0) << "no record arrived while the graph was replaying";
   EXPECT_TRUE(std::isfinite(m->raw_loss));
 }
+
+TEST(Trainer, MetricsArriveEveryNthStepWhenAsked) {
+  const auto seed = zs::test::fresh_seed();
+  SCOPED_TRACE(testing::Message() << "seed " << seed);
+  const auto c = small_config(seed);
+  for (const std::int64_t every : {1, 4}) {
+    zs::TrainerOptions opt;
+    opt.batch_size = 5;
+    opt.guard.post_every = every;
+    zs::Trainer tr(c, opt);
+    zs::upload(tr.stream().exec(), c, zs::random_batch(c, 5, seed), tr.batch());
+    for (int s = 0; s < 10; ++s) tr.step();
+    tr.synchronize();
+    const auto m = tr.metrics();
+    ASSERT_TRUE(m.has_value());
+    // Posts follow steps 3 and 7 with every = 4: the newest record is step 7, two behind.
+    EXPECT_EQ(m->step, every == 1 ? 9 : 7) << "every " << every;
+    EXPECT_EQ(m->steps_behind, every == 1 ? 0 : 2);
+    EXPECT_EQ(m->running.steps + m->running.skipped, every == 1 ? 10 : 8);
+  }
+  zs::TrainerOptions bad;
+  bad.guard.post_every = 0;
+  EXPECT_THROW(zs::Trainer(c, bad), zs::Error);
+}
