@@ -37,7 +37,7 @@ void run(zs::Trainer& t, const zs::Config& c, int from, int to, std::uint64_t se
   t.synchronize();
 }
 
-std::string temp(const std::string& name) { return ::testing::TempDir() + name; }
+std::string temp(const std::string& name) { return zs::test::temp_path(name); }
 
 std::string error_of(zs::Trainer& t, const std::string& path) {
   try {

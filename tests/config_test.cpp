@@ -5,6 +5,7 @@
 
 #include "config.hpp"
 #include "error.hpp"
+#include "test_util.hpp"
 
 using zs::Config;
 
@@ -90,7 +91,7 @@ TEST(Config, MissingFileAndBadJsonAreClearErrors) {
   } catch (const zs::Error& e) {
     EXPECT_NE(std::string(e.what()).find("/nonexistent/zerosync.json"), std::string::npos);
   }
-  const std::string path = ::testing::TempDir() + "zs_bad_config.json";
+  const std::string path = zs::test::temp_path("bad_config.json");
   { std::ofstream(path) << "{\"atoms\": 51,"; }
   try {
     Config::from_file(path);

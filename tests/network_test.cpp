@@ -144,8 +144,10 @@ TEST(C51Loss, LossPrioritiesAndDoubleDqnActionMatchReference) {
     Fixture fx(seed, B);
     const auto dev = run_device(fx);
     const auto ref = fx.ref.loss(fx.online, fx.target, fx.batch);
-    EXPECT_NEAR(dev.loss, ref.loss, 1e-5 * std::abs(ref.loss));
-    for (int i = 0; i < B; ++i) EXPECT_NEAR(dev.priorities[i], ref.priorities[i], 1e-5 * std::abs(ref.priorities[i]));
+    EXPECT_NEAR(dev.loss, ref.loss, 1e-5 * std::abs(ref.loss) + 1e-6);
+    for (int i = 0; i < B; ++i) // Relative 1e-5 plus 1e-6 absolute: a small L_i (a target mass the net already predicts) is a
+    // difference of O(1) float terms, so its rounding is absolute, not relative to L_i.
+    EXPECT_NEAR(dev.priorities[i], ref.priorities[i], 1e-5 * std::abs(ref.priorities[i]) + 1e-6);
     EXPECT_EQ(dev.best, ref.best);
   }
 }

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <random>
+#include <string>
 #include <vector>
 
 #include "backends/backend.hpp"
@@ -12,6 +13,13 @@ namespace zs::test {
 
 // A new seed every run, so tests never settle on one lucky input; SCOPED_TRACE it.
 inline std::uint64_t fresh_seed() { return std::random_device{}() * 0x9E3779B97F4A7C15ull + 1; }
+
+// A temporary file path unique to the running test: ctest runs tests in parallel, and two
+// tests writing one file name race.
+inline std::string temp_path(const std::string& name) {
+  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+  return ::testing::TempDir() + "zs_" + info->test_suite_name() + "_" + info->name() + "_" + name;
+}
 
 inline std::vector<float> random_normal(std::size_t n, std::uint64_t seed, float scale = 1.f) {
   std::mt19937_64 rng(seed);
