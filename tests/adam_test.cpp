@@ -100,20 +100,9 @@ void expect_matches(const DeviceAdam& dev, const ReferenceAdam& ref) {
   }
 }
 
-template <class V>
-bool same_bits(const V& a, const V& b) {
-  return a.size() == b.size() &&
-         std::memcmp(a.data(), b.data(), a.size() * sizeof(typename V::value_type)) == 0;
-}
+using zs::test::same_bits;
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const zs::Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using zs::test::error_of;
 
 }  // namespace
 

@@ -61,18 +61,9 @@ void clip_on_device(zs::Stream& stream, const zs::DeviceFloats& grad,
   zs::kernels::scale_in_place(stream.exec(), grad, scale);
 }
 
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
+using zs::test::same_bits;
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const zs::Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using zs::test::error_of;
 
 }  // namespace
 

@@ -52,14 +52,7 @@ std::vector<std::uint8_t> image(const std::string& header, const std::vector<std
   return image(header, data, header.size());
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const zs::Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using zs::test::error_of;
 
 std::string parse_error(const std::string& header, const std::vector<std::uint8_t>& data) {
   return error_of([&] { st::parse(image(header, data), "hand.safetensors"); });

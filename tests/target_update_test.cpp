@@ -35,18 +35,9 @@ void increment(const zs::Stream& stream, const Kokkos::View<std::int64_t, zs::Me
                        Increment{counter, skip});
 }
 
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
+using zs::test::same_bits;
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const zs::Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using zs::test::error_of;
 
 zs::DeviceScalar<int> skip_flag(int value) {
   zs::DeviceScalar<int> s("skip");

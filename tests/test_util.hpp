@@ -3,11 +3,14 @@
 #pragma once
 #include <gtest/gtest.h>
 
+#include <cstring>
+#include <functional>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "backends/backend.hpp"
+#include "error.hpp"
 
 namespace zs::test {
 
@@ -19,6 +22,23 @@ inline std::uint64_t fresh_seed() { return std::random_device{}() * 0x9E3779B97F
 inline std::string temp_path(const std::string& name) {
   const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
   return ::testing::TempDir() + "zs_" + info->test_suite_name() + "_" + info->name() + "_" + name;
+}
+
+// The message of the zs::Error that `f` throws, or "" when it throws none.
+inline std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const zs::Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// Bit-for-bit equality of two contiguous containers (NaN payloads and signed zeros included).
+template <class V>
+bool same_bits(const V& a, const V& b) {
+  return a.size() == b.size() &&
+         std::memcmp(a.data(), b.data(), a.size() * sizeof(typename V::value_type)) == 0;
 }
 
 inline std::vector<float> random_normal(std::size_t n, std::uint64_t seed, float scale = 1.f) {

@@ -23,9 +23,6 @@ zs::Config small_config(std::uint64_t seed) {
 
 std::vector<float> host_copy(const zs::DeviceFloats& d) { return zs::test::to_host(d); }
 
-bool bit_equal(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
 
 }  // namespace
 
@@ -98,9 +95,9 @@ TEST(Trainer, GraphReplayEqualsDirectLaunch) {
   graph.synchronize();
   direct.synchronize();
   EXPECT_TRUE(graph.graph_recorded());
-  EXPECT_TRUE(bit_equal(host_copy(graph.online().flat()), host_copy(direct.online().flat())));
-  EXPECT_TRUE(bit_equal(host_copy(graph.target().flat()), host_copy(direct.target().flat())));
-  EXPECT_TRUE(bit_equal(host_copy(graph.adam_v().flat()), host_copy(direct.adam_v().flat())));
+  EXPECT_TRUE(zs::test::same_bits(host_copy(graph.online().flat()), host_copy(direct.online().flat())));
+  EXPECT_TRUE(zs::test::same_bits(host_copy(graph.target().flat()), host_copy(direct.target().flat())));
+  EXPECT_TRUE(zs::test::same_bits(host_copy(graph.adam_v().flat()), host_copy(direct.adam_v().flat())));
   const auto mg = graph.metrics(), md = direct.metrics();
   ASSERT_TRUE(mg && md);
   EXPECT_EQ(mg->step, 5);
@@ -134,16 +131,16 @@ TEST(Trainer, NaNBatchTripsTheGuardAndChangesNothing) {
     const auto st = tr.metrics();
     ASSERT_TRUE(st.has_value());
     EXPECT_TRUE(st->halt_nan) << "poison " << poison;
-    EXPECT_TRUE(bit_equal(online, host_copy(tr.online().flat()))) << "poison " << poison;
-    EXPECT_TRUE(bit_equal(target, host_copy(tr.target().flat())));
-    EXPECT_TRUE(bit_equal(m, host_copy(tr.adam_m().flat())));
-    EXPECT_TRUE(bit_equal(v, host_copy(tr.adam_v().flat())));
+    EXPECT_TRUE(zs::test::same_bits(online, host_copy(tr.online().flat()))) << "poison " << poison;
+    EXPECT_TRUE(zs::test::same_bits(target, host_copy(tr.target().flat())));
+    EXPECT_TRUE(zs::test::same_bits(m, host_copy(tr.adam_m().flat())));
+    EXPECT_TRUE(zs::test::same_bits(v, host_copy(tr.adam_v().flat())));
   }
   zs::upload(tr.stream().exec(), c, hb, tr.batch());
   tr.step();
   tr.synchronize();
   EXPECT_FALSE(tr.metrics()->halt_nan);
-  EXPECT_FALSE(bit_equal(online, host_copy(tr.online().flat()))) << "a clean step after the skips updates again";
+  EXPECT_FALSE(zs::test::same_bits(online, host_copy(tr.online().flat()))) << "a clean step after the skips updates again";
   EXPECT_EQ(tr.metrics()->running.skipped, 3);
 }
 
