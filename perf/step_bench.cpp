@@ -50,6 +50,26 @@ void BM_StepPhase(benchmark::State& state) {
   state.SetLabel(zs::Trainer::phase_name(phase));
   zs::bench::time_on_stream(state, t.stream(), [&] { t.enqueue_phase(phase); }, 20);
 }
-BENCHMARK(BM_StepPhase)->DenseRange(0, 5)->UseManualTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_StepPhase)
+    ->DenseRange(0, static_cast<int>(sizeof(zs::Trainer::kPhases) / sizeof(zs::Trainer::kPhases[0])) - 1)
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
+
+// The graph-replayed step at the reference config (B = 256) with auxiliaries (issue 6): arg is a
+// mask, 1 = IQN (n_tau 8, embed 64), 2 = ensemble (k = 2), 4 = CQL; 0 is the plain step.
+void BM_StepAux(benchmark::State& state) {
+  const int mask = static_cast<int>(state.range(0));
+  zs::Config c;
+  c.iqn.on = (mask & 1) != 0;
+  c.ensemble.k = (mask & 2) ? 2 : 0;
+  c.cql.on = (mask & 4) != 0;
+  zs::TrainerOptions opt;
+  zs::Trainer t(c, opt);
+  fill_batch(t);
+  state.SetLabel(mask == 0 ? "plain" : mask == 1 ? "iqn" : mask == 2 ? "ensemble" : mask == 4 ? "cql" : "all");
+  zs::bench::time_on_stream(state, t.stream(), [&] { t.step(); }, 10);
+  state.counters["graph_nodes"] = static_cast<double>(t.graph_nodes());
+}
+BENCHMARK(BM_StepAux)->Arg(0)->Arg(1)->Arg(2)->Arg(4)->Arg(7)->UseManualTime()->Unit(benchmark::kMicrosecond);
 
 }  // namespace

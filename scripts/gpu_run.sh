@@ -34,6 +34,14 @@ fi
   python3 tools/torch_check.py --zerosync build/cuda/bin/zerosync --precision tf32 --steps 3 --all-done; } \
   > "$out/torch_check.log" 2>&1
 grep -E "^torch_check|Error" "$out/torch_check.log"
+# The main job on the GPU: wall time to solve cart-pole from a cold start (includes graph capture).
+if [ -z "${ZS_SKIP_TRAIN:-}" ]; then
+  rm -rf /tmp/zs-train-cartpole
+  TIMEFORMAT="wall %R s"
+  { time ./build/cuda/bin/zerosync train --quiet --out /tmp/zs-train-cartpole; } > "$out/train.log" 2>&1
+  grep -E "solved|finished|environment steps,|wall" "$out/train.log"
+  cp /tmp/zs-train-cartpole/eval.csv "$out/train-eval.csv" 2>/dev/null
+fi
 [ -n "${ZS_SKIP_BENCH:-}" ] && exit 0
 timeout "${ZS_BENCH_TIMEOUT:-300}" ./build/cuda/bin/zerosync_bench --benchmark_min_time="${ZS_BENCH_MIN_TIME:-0.1}" \
   --benchmark_out="$out/bench.json" --benchmark_out_format=json \

@@ -49,6 +49,9 @@ void Trainer::save(const std::string& path) const {
     const auto uv = download<float>(spectral_->vectors());
     f.tensors["spectral.uv"] = safetensors::Tensor::from<float>({static_cast<std::int64_t>(uv.size())}, uv);
   }
+  if (iqn_)
+    f.tensors["iqn.counter"] = safetensors::Tensor::from<std::int64_t>(
+        {1}, {static_cast<std::int64_t>(download<std::uint64_t>(iqn_->counter())[0])});
   safetensors::write(path, f);
 }
 
@@ -87,6 +90,8 @@ void Trainer::load(const std::string& path) {
   const auto steps = f.i64("steps", {1});
   std::vector<float> uv;
   if (spectral_) uv = f.f32("spectral.uv", {static_cast<std::int64_t>(spectral_->vectors().extent(0))});
+  std::vector<std::int64_t> iqn_counter;
+  if (iqn_) iqn_counter = f.i64("iqn.counter", {1});
 
   stream_.synchronize();
   for (const auto& p : tensors) write_tensor(*p.buf, p.name, p.data);
@@ -95,6 +100,7 @@ void Trainer::load(const std::string& path) {
   upload_all(guard_.device_step(), gstep);
   upload_all(lr_, lr);
   if (spectral_) upload_all(spectral_->device_vectors(), uv);
+  if (iqn_) Kokkos::deep_copy(iqn_->counter(), static_cast<std::uint64_t>(iqn_counter[0]));
   Kokkos::fence();
   steps_ = steps[0];
 }

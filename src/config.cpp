@@ -33,6 +33,12 @@ std::string list(const std::vector<int>& v) {
 
 }  // namespace
 
+int Config::total_actions() const {
+  int a = 0;
+  for (int n : branches) a += n;
+  return a;
+}
+
 const char* to_string(Precision p) { return p == Precision::tf32 ? "tf32" : "fp32"; }
 
 void Config::validate() const {
@@ -67,6 +73,28 @@ void Config::validate() const {
   require_finite("spectral_norm", spectral_norm);
   require(spectral_norm >= 0.f, "config: spectral_norm = ", spectral_norm,
           " is invalid; expected false/0 (off) or a positive σ_max");
+  if (iqn.on) {
+    require_positive("iqn.n_tau", iqn.n_tau, 1024);
+    require_positive("iqn.embed_dim", iqn.embed_dim, 4096);
+    require_finite("iqn.kappa", iqn.kappa);
+    require(iqn.kappa > 0.f, "config: iqn.kappa = ", iqn.kappa, " is invalid; expected a positive number");
+    require_in("iqn.budget", iqn.budget, 0.f, 1.f, "[0, 1]");
+  }
+  require(ensemble.k >= 0 && ensemble.k <= 64, "config: ensemble.k = ", ensemble.k,
+          " is invalid; expected an integer in [0, 64] (0 = off)");
+  if (ensemble.on()) require_in("ensemble.budget", ensemble.budget, 0.f, 1.f, "[0, 1]");
+  if (cql.on) {
+    require_finite("cql.alpha", cql.alpha);
+    require(cql.alpha > 0.f, "config: cql.alpha = ", cql.alpha, " is invalid; expected a positive number");
+    require_in("cql.budget", cql.budget, 0.f, 1.f, "[0, 1]");
+    for (int n : branches)
+      require(n <= 64, "config: cql with branches = ", list(branches),
+              " is invalid; expected at most 64 actions per branch (CQL keeps a branch's Q in registers)");
+  }
+  const double aux = (iqn.on ? double(iqn.budget) : 0.0) + (ensemble.on() ? double(ensemble.budget) : 0.0) +
+                     (cql.on ? double(cql.budget) : 0.0);
+  require(aux < 1.0, "config: the active auxiliary budgets sum to ", aux, " (iqn.budget + ensemble.budget + cql.budget "
+          "of those on); expected a sum below 1 so that C51 keeps a positive share of max_grad_norm");
 }
 
 Config Config::from_json(const nlohmann::json& j) {
@@ -74,12 +102,12 @@ Config Config::from_json(const nlohmann::json& j) {
   static const std::set<std::string> known = {
       "state_dim", "trunk", "head_hidden", "branches", "atoms", "v_min", "v_max", "gamma",
       "n_step", "lr", "adam_beta1", "adam_beta2", "adam_eps", "max_grad_norm", "tau",
-      "spectral_norm", "seed", "precision"};
+      "spectral_norm", "seed", "precision", "iqn", "ensemble", "cql"};
   for (auto it = j.begin(); it != j.end(); ++it)
     require(known.count(it.key()) == 1, "config: unknown key '", it.key(),
             "'; expected one of: state_dim, trunk, head_hidden, branches, atoms, v_min, v_max, "
             "gamma, n_step, lr, adam_beta1, adam_beta2, adam_eps, max_grad_norm, tau, "
-            "spectral_norm, seed, precision");
+            "spectral_norm, seed, precision, iqn, ensemble, cql");
 
   Config c;
   auto get_int = [&](const char* key, int& out) {
@@ -144,6 +172,52 @@ Config Config::from_json(const nlohmann::json& j) {
     else if (p == "fp32") c.precision = Precision::fp32;
     else fail("config: precision = ", v.dump(), " is invalid; expected \"tf32\" or \"fp32\"");
   }
+  // An auxiliary is `false` (off), `true` (on, defaults) or an object of its parameters.
+  auto aux_object = [&](const char* key, const std::set<std::string>& fields, const char* expected) -> const nlohmann::json* {
+    if (!j.contains(key)) return nullptr;
+    const auto& v = j.at(key);
+    require(v.is_object() || v.is_boolean(), "config: ", key, " = ", v.dump(), " is invalid; expected ", expected);
+    if (v.is_object())
+      for (auto it = v.begin(); it != v.end(); ++it)
+        require(fields.count(it.key()) == 1, "config: ", key, ".", it.key(), " is an unknown key; expected ", expected);
+    return &v;
+  };
+  auto sub_int = [&](const nlohmann::json& v, const char* key, const char* name, int& out) {
+    if (!v.is_object() || !v.contains(name)) return;
+    require(v.at(name).is_number_integer(), "config: ", key, ".", name, " = ", v.at(name).dump(),
+            " is invalid; expected an integer");
+    out = v.at(name).get<int>();
+  };
+  auto sub_float = [&](const nlohmann::json& v, const char* key, const char* name, float& out) {
+    if (!v.is_object() || !v.contains(name)) return;
+    require(v.at(name).is_number(), "config: ", key, ".", name, " = ", v.at(name).dump(),
+            " is invalid; expected a number");
+    out = v.at(name).get<float>();
+  };
+  if (const auto* v = aux_object("iqn", {"n_tau", "embed_dim", "kappa", "budget"},
+                                 "false, true or an object with n_tau, embed_dim, kappa, budget")) {
+    c.iqn.on = v->is_object() || v->get<bool>();
+    sub_int(*v, "iqn", "n_tau", c.iqn.n_tau);
+    sub_int(*v, "iqn", "embed_dim", c.iqn.embed_dim);
+    sub_float(*v, "iqn", "kappa", c.iqn.kappa);
+    sub_float(*v, "iqn", "budget", c.iqn.budget);
+  }
+  if (const auto* v = aux_object("ensemble", {"k", "budget"}, "false or an object with k (>= 1), budget")) {
+    require(!(v->is_boolean() && v->get<bool>()), "config: ensemble = true is invalid; expected false or an object "
+            "with k (>= 1), budget");
+    if (v->is_object()) {
+      c.ensemble.k = 2;
+      sub_int(*v, "ensemble", "k", c.ensemble.k);
+      require(c.ensemble.k >= 1, "config: ensemble.k = ", c.ensemble.k,
+              " is invalid; expected an integer in [1, 64] (or ensemble = false for off)");
+      sub_float(*v, "ensemble", "budget", c.ensemble.budget);
+    }
+  }
+  if (const auto* v = aux_object("cql", {"alpha", "budget"}, "false, true or an object with alpha, budget")) {
+    c.cql.on = v->is_object() || v->get<bool>();
+    sub_float(*v, "cql", "alpha", c.cql.alpha);
+    sub_float(*v, "cql", "budget", c.cql.budget);
+  }
   c.validate();
   return c;
 }
@@ -169,6 +243,14 @@ nlohmann::json Config::to_json() const {
   else j["spectral_norm"] = false;
   j["seed"] = seed;
   j["precision"] = to_string(precision);
+  // Off auxiliaries are written as false, so a config without them reads back the same.
+  if (iqn.on)
+    j["iqn"] = {{"n_tau", iqn.n_tau}, {"embed_dim", iqn.embed_dim}, {"kappa", iqn.kappa}, {"budget", iqn.budget}};
+  else j["iqn"] = false;
+  if (ensemble.on()) j["ensemble"] = {{"k", ensemble.k}, {"budget", ensemble.budget}};
+  else j["ensemble"] = false;
+  if (cql.on) j["cql"] = {{"alpha", cql.alpha}, {"budget", cql.budget}};
+  else j["cql"] = false;
   return j;
 }
 

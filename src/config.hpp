@@ -11,6 +11,27 @@ namespace zs {
 
 enum class Precision { tf32, fp32 };
 
+// The optional auxiliary losses of seed 000 (issue 6). All are off by default; an auxiliary
+// that is on adds its own parameters after the network's in the flat layout and its gradient
+// joins the step's under its share of max_grad_norm (`budget`), see docs/kernels.md.
+struct IqnConfig {
+  bool on = false;
+  int n_tau = 8;         // τ samples per state, for the online and for the target quantiles
+  int embed_dim = 64;    // cosine features cos(π·i·τ), i = 0..embed_dim−1
+  float kappa = 1.f;     // quantile Huber threshold
+  float budget = 0.10f;  // share of max_grad_norm
+};
+struct EnsembleConfig {
+  int k = 0;             // extra C51 head sets on the shared trunk; 0 = off
+  float budget = 0.10f;
+  bool on() const { return k > 0; }
+};
+struct CqlConfig {
+  bool on = false;
+  float alpha = 1.f;     // weight of logsumexp_a Q − Q(taken)
+  float budget = 0.10f;
+};
+
 struct Config {
   int state_dim = 48;
   std::vector<int> trunk = {256, 256};  // widths of the trunk's dense layers
@@ -30,6 +51,12 @@ struct Config {
   float spectral_norm = 0.f;  // σ_max; 0 turns spectral normalisation off
   std::uint64_t seed = 0;
   Precision precision = Precision::tf32;
+  IqnConfig iqn{};
+  EnsembleConfig ensemble{};
+  CqlConfig cql{};
+
+  bool any_auxiliary() const { return iqn.on || ensemble.on() || cql.on; }
+  int total_actions() const;
 
   // Throws zs::Error naming the first bad field, its value and what is expected.
   void validate() const;

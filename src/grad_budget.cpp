@@ -39,4 +39,15 @@ void GradBudget::validate() const {
           "); expected a sum below 1 so that C51 keeps a positive share");
 }
 
+GradBudget budget_of(const Config& c) {
+  GradBudget b;
+  b.iqn = c.iqn.budget;
+  b.ensemble = c.ensemble.budget;
+  b.cql = c.cql.budget;
+  b.iqn_on = c.iqn.on;
+  b.ensemble_on = c.ensemble.on();
+  b.cql_on = c.cql.on;
+  return b;
+}
+
 }  // namespace zs

@@ -3,6 +3,8 @@
 // The split is dynamic: C51 gets what the *active* auxiliaries leave, i.e. 100 % when none is on.
 #pragma once
 
+#include "config.hpp"
+
 namespace zs {
 
 struct GradBudget {
@@ -24,5 +26,8 @@ struct GradBudget {
   // finite, or when the active budgets leave C51 no positive share (sum ≥ 1).
   void validate() const;
 };
+
+// The budget a Config asks for: each auxiliary's `budget` key, active when that auxiliary is on.
+GradBudget budget_of(const Config& c);
 
 }  // namespace zs

@@ -40,6 +40,24 @@ ParamLayout::ParamLayout(const Config& config) {
     add(b + ".0", trunk_out, config.head_hidden);
     add(b + ".1", config.head_hidden, config.branches[k] * config.atoms);
   }
+  // Auxiliaries (issue 6) come after the network, so its names and offsets never move.
+  if (config.iqn.on) {
+    iqn_layer_ = static_cast<int>(layers_.size());
+    add("iqn.embed", config.iqn.embed_dim, trunk_out);
+    add("iqn.0", trunk_out, config.head_hidden);
+    add("iqn.1", config.head_hidden, config.total_actions());
+  }
+  for (int e = 0; e < config.ensemble.k; ++e) {
+    const std::string m = "ensemble." + std::to_string(e);
+    if (e == 0) ensemble_layer_ = static_cast<int>(layers_.size());
+    add(m + ".value.0", trunk_out, config.head_hidden);
+    add(m + ".value.1", config.head_hidden, config.atoms);
+    for (std::size_t k = 0; k < config.branches.size(); ++k) {
+      const std::string b = m + ".branch." + std::to_string(k);
+      add(b + ".0", trunk_out, config.head_hidden);
+      add(b + ".1", config.head_hidden, config.branches[k] * config.atoms);
+    }
+  }
   size_ = cursor;
   trunk_layers_ = static_cast<int>(config.trunk.size());
   branch_count_ = static_cast<int>(config.branches.size());

@@ -33,7 +33,9 @@ class ParamLayout {
 
   explicit ParamLayout(const Config& config);
 
-  // Order: trunk.0..T-1, value.0, value.1, branch.0.0, branch.0.1, branch.1.0, ...
+  // Order: trunk.0..T-1, value.0, value.1, branch.0.0, branch.0.1, branch.1.0, ..., then the
+  // auxiliaries that are on: iqn.embed, iqn.0, iqn.1; ensemble.{e}.value.{0,1},
+  // ensemble.{e}.branch.{k}.{0,1} for e = 0..k−1.
   const std::vector<LayerDesc>& layers() const { return layers_; }
   const std::vector<TensorDesc>& tensors() const { return tensors_; }
   // Floats in the buffer, padding included (padding is zero and stays zero).
@@ -46,12 +48,19 @@ class ParamLayout {
 
   int trunk_layers() const { return trunk_layers_; }
   int branch_count() const { return branch_count_; }
+  // Layers of one C51 head set (value.0, value.1, branch.k.0, branch.k.1, …): 2 + 2·branches.
+  int head_set_layers() const { return 2 + 2 * branch_count_; }
+  // First layer of the IQN head (iqn.embed; iqn.0 and iqn.1 follow), −1 when IQN is off.
+  int iqn_layer() const { return iqn_layer_; }
+  // First layer of ensemble member e's head set, −1 when the ensemble is off.
+  int ensemble_layer(int e) const { return ensemble_layer_ < 0 ? -1 : ensemble_layer_ + e * head_set_layers(); }
 
  private:
   std::vector<LayerDesc> layers_;
   std::vector<TensorDesc> tensors_;
   std::size_t size_ = 0;
   int trunk_layers_ = 0, branch_count_ = 0;
+  int iqn_layer_ = -1, ensemble_layer_ = -1;
 };
 
 }  // namespace zs

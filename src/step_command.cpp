@@ -97,6 +97,28 @@ void run_step_command(const StepCommand& cmd, std::ostream& log) {
     out.tensors["param." + t.name] = safetensors::Tensor::from<float>(shape, tr.read_tensor(tr.online(), t.name));
     out.tensors["target." + t.name] = safetensors::Tensor::from<float>(shape, tr.read_tensor(tr.target(), t.name));
   }
+  // Auxiliaries (issue 6): each one's loss and raw gradient norm of the last step, the ensemble's
+  // per-sample spread, and applied_grad.<name>: the combined, budgeted gradient Adam applied.
+  auto aux = [&](const char* name, const AuxOutputs& a) {
+    float l = 0;
+    double n = 0;
+    Kokkos::deep_copy(l, a.loss);
+    Kokkos::deep_copy(n, a.norm);
+    out.tensors[std::string("aux.") + name + ".loss"] = safetensors::Tensor::from<float>({1}, {l});
+    out.tensors[std::string("aux.") + name + ".grad_norm"] = safetensors::Tensor::from<float>({1}, {static_cast<float>(n)});
+  };
+  if (c.any_auxiliary())
+    for (const auto& t : tr.layout().tensors())
+      out.tensors["applied_grad." + t.name] = safetensors::Tensor::from<float>(
+          std::vector<std::int64_t>(t.shape.begin(), t.shape.end()), tr.read_tensor(tr.applied_grad(), t.name));
+  if (tr.iqn()) aux("iqn", tr.iqn()->out());
+  if (tr.cql()) aux("cql", tr.cql()->out());
+  if (tr.ensemble()) {
+    aux("ensemble", tr.ensemble()->out());
+    auto sp = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), tr.ensemble()->spread());
+    out.tensors["aux.ensemble.spread"] =
+        safetensors::Tensor::from<float>({batch.size}, std::vector<float>(sp.data(), sp.data() + sp.size()));
+  }
   safetensors::write(cmd.out_path, out);
   log << "step: " << cmd.steps << " step(s) on " << batch.size << " samples (" << (tr.graph_recorded() ? "graph" : "direct")
       << "): loss " << loss << ", grad norm " << grad_norm << ", guard "

@@ -34,8 +34,21 @@ Trainer::Trainer(const Config& config, const TrainerOptions& options)
       lr_("zs::lr"),
       clip_scale_("zs::clip_scale"),
       adam_state_(kernels::make_adam_state()),
-      guard_(options.guard) {
-  options_.budget.validate();
+      guard_(options.guard),
+      budget_(budget_of(config_)),
+      unit_scale_("zs::unit_scale"),
+      budget_record_("zs::budget_record", kernels::kBudgetSlots),
+      aux_mailbox_(kernels::kBudgetSlots) {
+  require(!options.budget.iqn_on && !options.budget.ensemble_on && !options.budget.cql_on,
+          "Trainer: TrainerOptions::budget turns on iqn = ", options.budget.iqn_on, ", ensemble = ",
+          options.budget.ensemble_on, ", cql = ", options.budget.cql_on,
+          "; expected them off there: auxiliaries and their budgets are Config keys (iqn, ensemble, cql)");
+  budget_.validate();
+  Kokkos::deep_copy(unit_scale_, 1.f);
+  if (config_.any_auxiliary()) applied_ = std::make_unique<ParamBuffer>(layout_, "zs::applied_grad");
+  if (config_.iqn.on) iqn_ = std::make_unique<IqnHead>(config_, layout_, options.batch_size);
+  if (config_.ensemble.on()) ensemble_ = std::make_unique<EnsembleHeads>(config_, layout_, options.batch_size);
+  if (config_.cql.on) cql_ = std::make_unique<CqlRegulariser>(config_, layout_, options.batch_size);
   if (config_.spectral_norm > 0.f)
     spectral_ = std::make_unique<SpectralNorm>(layout_, config_.spectral_norm, config_.seed ^ 0x5eed5eedull);
   init_params(config_.seed);
@@ -69,6 +82,7 @@ void Trainer::init_params(std::uint64_t seed) {
   Kokkos::deep_copy(grad_.flat(), 0.f);
   Kokkos::deep_copy(adam_state_, 0.0);
   Kokkos::deep_copy(lr_, config_.lr);
+  if (iqn_) iqn_->reset_counter();
   Kokkos::fence();
   guard_.reset();
   steps_ = 0;
@@ -80,6 +94,7 @@ const char* Trainer::phase_name(Phase p) {
     case Phase::forward: return "forward";
     case Phase::loss: return "loss";
     case Phase::backward: return "backward";
+    case Phase::auxiliary: return "auxiliary";
     case Phase::norm_and_guard: return "norm_and_guard";
     case Phase::optimizer: return "optimizer";
   }
@@ -102,23 +117,89 @@ void Trainer::enqueue_phase(Phase phase) {
     case Phase::backward:
       net_.backward(exec, gemm_, online_, batch_.states(), acts_online_, grads_, grad_);
       break;
+    case Phase::auxiliary:
+      if (iqn_) iqn_->enqueue(exec, gemm_, net_, online_, target_, acts_online_, acts_target_, batch_, loss_);
+      if (ensemble_) ensemble_->enqueue(exec, gemm_, net_, online_, acts_online_, batch_, loss_);
+      if (cql_) cql_->enqueue(exec, gemm_, net_, online_, acts_online_, batch_);
+      break;
     case Phase::norm_and_guard:
+      // The guard judges C51's loss and raw gradient norm; each auxiliary's norm only sets its
+      // own clip (a non-finite one adds nothing) and is reported in aux_metrics().
       kernels::global_grad_norm(exec, ConstDeviceFloats(grad_.flat()), grad_norm_);
       guard_.check(exec, loss_.loss, grad_norm_, lr_);
+      if (config_.any_auxiliary()) {
+        kernels::BudgetRecord<ExecSpace> r;
+        r.record = budget_record_;
+        r.c51_norm = grad_norm_;
+        if (iqn_) r.iqn_norm = iqn_->out().norm, r.iqn_loss = iqn_->out().loss;
+        if (ensemble_)
+          r.ensemble_norm = ensemble_->out().norm, r.ensemble_loss = ensemble_->out().loss,
+          r.ensemble_spread = ensemble_->spread_mean();
+        if (cql_) r.cql_norm = cql_->out().norm, r.cql_loss = cql_->out().loss;
+        r.step = guard_.step_counter();
+        r.c51_limit = double(budget_.c51_fraction() * config_.max_grad_norm);
+        r.iqn_limit = double(budget_.iqn * config_.max_grad_norm);
+        r.ensemble_limit = double(budget_.ensemble * config_.max_grad_norm);
+        r.cql_limit = double(budget_.cql * config_.max_grad_norm);
+        kernels::budget_record(exec, r);
+        aux_mailbox_.post_every(exec, budget_record_, guard_.step_counter(), options_.guard.post_every);
+      }
       break;
-    case Phase::optimizer:
-      // Clipping rides inside Adam as a scale: no extra pass over the gradient.
+    case Phase::optimizer: {
+      // C51's share of max_grad_norm. Alone, its clip rides inside Adam as a scale (no extra pass
+      // over the gradient); with auxiliaries, the gradient is scaled in place and each
+      // auxiliary is added clipped to its own share, so ‖applied‖ ≤ max_grad_norm.
       kernels::clip_scale(exec, DeviceScalar<const double>(grad_norm_), clip_scale_,
-                          options_.budget.c51_fraction() * config_.max_grad_norm);
+                          budget_.c51_fraction() * config_.max_grad_norm);
+      DeviceScalar<const float> scale = clip_scale_;
+      ConstDeviceFloats applied(grad_.flat());
+      if (applied_) {
+        // grad_ stays C51's raw gradient: the sum is built in its own buffer, so no stale
+        // auxiliary values can linger in tensors that C51's backward never writes.
+        kernels::scaled_copy(exec, applied_->flat(), ConstDeviceFloats(grad_.flat()), DeviceScalar<const float>(clip_scale_));
+        auto add = [&](const AuxOutputs& a, float share) {
+          kernels::clipped_saxpy(exec, applied_->flat(), ConstDeviceFloats(a.grad.flat()),
+                                 DeviceScalar<const double>(a.norm), share * config_.max_grad_norm);
+        };
+        if (iqn_) add(iqn_->out(), budget_.iqn);
+        if (ensemble_) add(ensemble_->out(), budget_.ensemble);
+        if (cql_) add(cql_->out(), budget_.cql);
+        applied = ConstDeviceFloats(applied_->flat());
+        scale = unit_scale_;
+      }
       kernels::adam_prepare(exec, adam_state_, guard_.skip_flag(), adam_hyper(config_));
-      kernels::adam_update(exec, online_.flat(), ConstDeviceFloats(grad_.flat()), m_.flat(), v_.flat(),
+      kernels::adam_update(exec, online_.flat(), applied, m_.flat(), v_.flat(),
                            Kokkos::View<const double*, MemSpace>(adam_state_), guard_.skip_flag(),
-                           DeviceScalar<const float>(lr_), DeviceScalar<const float>(clip_scale_),
-                           adam_hyper(config_));
+                           DeviceScalar<const float>(lr_), scale, adam_hyper(config_));
       kernels::polyak_update(exec, target_.flat(), ConstDeviceFloats(online_.flat()), guard_.skip_flag(),
                              config_.tau);
       break;
+    }
   }
+}
+
+std::optional<AuxStatus> Trainer::aux_metrics() const {
+  if (!config_.any_auxiliary()) return std::nullopt;
+  const auto rec = aux_mailbox_.read();
+  if (!rec) return std::nullopt;
+  const auto& v = rec->values;
+  AuxStatus s;
+  s.seq = rec->seq;
+  s.step = static_cast<std::int64_t>(v[kernels::kBudgetStep]);
+  s.steps_behind = steps_ - 1 - s.step;
+  s.c51_grad_norm = v[kernels::kBudgetC51Norm];
+  s.c51_scale = v[kernels::kBudgetC51Scale];
+  s.iqn_loss = v[kernels::kBudgetIqnLoss];
+  s.iqn_grad_norm = v[kernels::kBudgetIqnNorm];
+  s.iqn_scale = v[kernels::kBudgetIqnScale];
+  s.ensemble_loss = v[kernels::kBudgetEnsembleLoss];
+  s.ensemble_grad_norm = v[kernels::kBudgetEnsembleNorm];
+  s.ensemble_scale = v[kernels::kBudgetEnsembleScale];
+  s.ensemble_spread = v[kernels::kBudgetEnsembleSpread];
+  s.cql_loss = v[kernels::kBudgetCqlLoss];
+  s.cql_grad_norm = v[kernels::kBudgetCqlNorm];
+  s.cql_scale = v[kernels::kBudgetCqlScale];
+  return s;
 }
 
 void Trainer::enqueue_step() {

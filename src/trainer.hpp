@@ -12,8 +12,12 @@
 #include "backends/gemm.hpp"
 #include "backends/graph.hpp"
 #include "batch.hpp"
+#include "cql.hpp"
+#include "ensemble.hpp"
 #include "grad_budget.hpp"
 #include "guard.hpp"
+#include "iqn.hpp"
+#include "mailbox.hpp"
 #include "network.hpp"
 #include "spectral_norm.hpp"
 
@@ -22,8 +26,22 @@ namespace zs {
 struct TrainerOptions {
   int batch_size = 256;
   GuardConfig guard{};
-  GradBudget budget{};   // auxiliaries are off: C51 gets the whole max_grad_norm
+  // Kept for compatibility: which auxiliaries are on and their budgets now come from the Config
+  // (keys iqn, ensemble, cql; budget_of()). Turning an auxiliary on here alone is an error.
+  GradBudget budget{};
   bool use_graph = true;  // record the step once and replay it (CUDA graph on CUDA)
+};
+
+// The auxiliaries' record (kernels::BudgetSlot), posted with the guard's when any is on: per
+// loss its raw gradient norm and the clip coefficient its budget applied; NaN for one that is off.
+struct AuxStatus {
+  std::int64_t seq = 0;
+  std::int64_t step = -1;          // the step this record belongs to
+  std::int64_t steps_behind = 0;
+  double c51_grad_norm = 0, c51_scale = 0;
+  double iqn_loss = 0, iqn_grad_norm = 0, iqn_scale = 0;
+  double ensemble_loss = 0, ensemble_grad_norm = 0, ensemble_scale = 0, ensemble_spread = 0;
+  double cql_loss = 0, cql_grad_norm = 0, cql_scale = 0;
 };
 
 class Trainer {
@@ -49,9 +67,10 @@ class Trainer {
   void step();
   // The step's phases in order; enqueue_phase() runs one of them alone (benchmarks time the
   // phases this way: docs/performance.md's breakdown).
-  enum class Phase { spectral_norm, forward, loss, backward, norm_and_guard, optimizer };
-  static constexpr Phase kPhases[] = {Phase::spectral_norm, Phase::forward, Phase::loss,
-                                      Phase::backward, Phase::norm_and_guard, Phase::optimizer};
+  enum class Phase { spectral_norm, forward, loss, backward, auxiliary, norm_and_guard, optimizer };
+  static constexpr Phase kPhases[] = {Phase::spectral_norm, Phase::forward,        Phase::loss,
+                                      Phase::backward,      Phase::auxiliary,      Phase::norm_and_guard,
+                                      Phase::optimizer};
   static const char* phase_name(Phase p);
   void enqueue_phase(Phase p);
   // Enqueues the same step by direct launches, never the graph (for parity checks).
@@ -63,6 +82,9 @@ class Trainer {
   // The newest guard record that has reached the host (loss, grad norm, halts, running sums),
   // and how many steps behind the newest enqueued step it is. Never waits.
   std::optional<GuardStatus> metrics() const { return guard_.latest(steps_); }
+  // The newest auxiliaries' record (same cadence as metrics()); nothing when no auxiliary is on
+  // or none has arrived yet. Never waits.
+  std::optional<AuxStatus> aux_metrics() const;
   void synchronize() const { stream_.synchronize(); }
 
   // Enqueues lr ← value on the stream (a schedule may call it between steps; graph-safe).
@@ -74,7 +96,16 @@ class Trainer {
   // Device state, for tests, tools and checkpoints.
   const ParamBuffer& online() const { return online_; }
   const ParamBuffer& target() const { return target_; }
-  const ParamBuffer& grad() const { return grad_; }  // last step's gradient, before clipping
+  const ParamBuffer& grad() const { return grad_; }  // last step's C51 gradient, before clipping
+  // With any auxiliary on: the gradient Adam applied last step, C51's scaled to its share plus
+  // each auxiliary's clipped SAXPY. With none on, the clip rides inside Adam and this is grad().
+  const ParamBuffer& applied_grad() const { return applied_ ? *applied_ : grad_; }
+  // The effective split of max_grad_norm (from the Config).
+  const GradBudget& budget() const { return budget_; }
+  // The auxiliaries, nullptr when off: their own gradients, losses, norms and statistics.
+  const IqnHead* iqn() const { return iqn_.get(); }
+  const EnsembleHeads* ensemble() const { return ensemble_.get(); }
+  const CqlRegulariser* cql() const { return cql_.get(); }
   const ParamBuffer& adam_m() const { return m_; }
   const ParamBuffer& adam_v() const { return v_; }
   const LossOutputs& loss() const { return loss_; }
@@ -111,6 +142,14 @@ class Trainer {
   Kokkos::View<double*, MemSpace> adam_state_;
   TrainingGuard guard_;
   std::unique_ptr<SpectralNorm> spectral_;
+  GradBudget budget_;
+  std::unique_ptr<IqnHead> iqn_;
+  std::unique_ptr<EnsembleHeads> ensemble_;
+  std::unique_ptr<CqlRegulariser> cql_;
+  std::unique_ptr<ParamBuffer> applied_;
+  DeviceScalar<float> unit_scale_;  // Adam's clip scale once the budgets have been applied
+  Kokkos::View<double*, MemSpace> budget_record_;
+  Mailbox aux_mailbox_;
   std::unique_ptr<Graph> graph_;
   std::int64_t steps_ = 0;
 };

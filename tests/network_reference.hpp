@@ -21,6 +21,8 @@ struct RefLoss {
   double loss = 0;
   std::vector<double> priorities;  // [B]
   std::vector<int> best;           // [B, K]
+  std::vector<double> margin;      // [B, K]: Q(a*) − the runner-up's Q (a float argmax may flip below ~1e-5)
+  std::vector<double> projected;   // [B, K, atoms]: the target distributions m
 };
 
 class RefNet {
@@ -34,16 +36,25 @@ class RefNet {
   }
   int actions() const { return actions_; }
 
-  // log-probabilities [R, A, atoms] of the network with parameters P (flat, layout offsets).
-  std::vector<double> forward(const std::vector<double>& P, const std::vector<double>& x, int R) const {
+  // Trunk output [R, trunk.back()] of the network with parameters P (flat, layout offsets).
+  std::vector<double> features(const std::vector<double>& P, const std::vector<double>& x, int R) const {
     std::vector<double> h = x;
     int width = c_.state_dim, layer = 0;
     for (int w : c_.trunk) {
       h = dense(P, layer++, h, R, width, true);
       width = w;
     }
-    const auto feat = h;
-    const int F = width;
+    return h;
+  }
+
+  // log-probabilities [R, A, atoms] of the network with parameters P (flat, layout offsets).
+  std::vector<double> forward(const std::vector<double>& P, const std::vector<double>& x, int R) const {
+    return heads(P, features(P, x, R), R, static_cast<int>(c_.trunk.size()));
+  }
+
+  // log-probabilities [R, A, atoms] of the head set whose value.0 is layer `layer` (branches follow).
+  std::vector<double> heads(const std::vector<double>& P, const std::vector<double>& feat, int R, int layer) const {
+    const int F = c_.trunk.back();
     auto vh = dense(P, layer, feat, R, F, true);
     auto vo = dense(P, layer + 1, vh, R, c_.head_hidden, false);
     const int A = actions_, J = c_.atoms;
@@ -80,18 +91,22 @@ class RefNet {
     RefLoss out;
     out.priorities.assign(B, 0);
     out.best.assign(std::size_t(B) * K, 0);
+    out.margin.assign(std::size_t(B) * K, INFINITY);
+    out.projected.assign(std::size_t(B) * K * J, 0.0);
     for (int i = 0; i < B; ++i) {
       double L = 0;
       for (int k = 0; k < K; ++k) {
         const int c0 = cum_[k], n = c_.branches[k];
         int best = 0;
-        double qb = -INFINITY;
+        double qb = -INFINITY, q2 = -INFINITY;
         for (int a = 0; a < n; ++a) {
           double q = 0;
           for (int j = 0; j < J; ++j) q += std::exp(lp2[(std::size_t(i) * A + c0 + a) * J + j]) * (c_.v_min + j * dz);
-          if (q > qb) { qb = q; best = a; }
+          if (q > qb) { q2 = qb; qb = q; best = a; }
+          else if (q > q2) q2 = q;
         }
         out.best[i * K + k] = best;
+        out.margin[i * K + k] = qb - q2;
         std::vector<double> m(J, 0.0);
         for (int j = 0; j < J; ++j) {
           const double p = std::exp(lt[(std::size_t(i) * A + c0 + best) * J + j]);
@@ -101,6 +116,7 @@ class RefNet {
           if (lo == hi) m[int(lo)] += p;
           else { m[int(lo)] += p * (hi - pos); m[int(hi)] += p * (pos - lo); }
         }
+        for (int j = 0; j < J; ++j) out.projected[(std::size_t(i) * K + k) * J + j] = m[j];
         double ce = 0;
         for (int j = 0; j < J; ++j) ce -= m[j] * lp[(std::size_t(i) * A + c0 + b.actions[i * K + k]) * J + j];
         L += ce / K;
@@ -109,6 +125,108 @@ class RefNet {
       out.loss += b.weights[i] * L / B;
     }
     return out;
+  }
+
+  // Q = Σ_j p_j·z_j of global action g, row r, from log-probabilities [R, A, atoms].
+  double q_of(const std::vector<double>& lp, int r, int g) const {
+    const int J = c_.atoms;
+    const double dz = (double(c_.v_max) - c_.v_min) / (J - 1);
+    double q = 0;
+    for (int j = 0; j < J; ++j) q += std::exp(lp[(std::size_t(r) * actions_ + g) * J + j]) * (c_.v_min + j * dz);
+    return q;
+  }
+
+  // CQL: α/(B·K)·Σ_i Σ_k (logsumexp_a Q_k(s_i, a) − Q_k(s_i, a_ik)) on the online net.
+  double cql(const std::vector<double>& P, const RefBatch& b) const {
+    const int K = static_cast<int>(c_.branches.size());
+    const auto lp = forward(P, b.states, b.B);
+    double total = 0;
+    for (int i = 0; i < b.B; ++i)
+      for (int k = 0; k < K; ++k) {
+        double mx = -INFINITY;
+        for (int a = 0; a < c_.branches[k]; ++a) mx = std::max(mx, q_of(lp, i, cum_[k] + a));
+        double s = 0;
+        for (int a = 0; a < c_.branches[k]; ++a) s += std::exp(q_of(lp, i, cum_[k] + a) - mx);
+        total += mx + std::log(s) - q_of(lp, i, cum_[k] + b.actions[i * K + k]);
+      }
+    return double(c_.cql.alpha) * total / (double(b.B) * K);
+  }
+
+  // Ensemble: (1/E)·Σ_e (1/B)·Σ_i w_i·(1/K)·Σ_k CE(m_ik, p_e(s_i, a_ik)); m = the C51 targets.
+  double ensemble(const std::vector<double>& P, const RefBatch& b, const std::vector<double>& projected) const {
+    const int K = static_cast<int>(c_.branches.size()), J = c_.atoms, E = c_.ensemble.k;
+    const auto feat = features(P, b.states, b.B);
+    double total = 0;
+    for (int e = 0; e < E; ++e) {
+      const auto lp = heads(P, feat, b.B, l_.ensemble_layer(e));
+      for (int i = 0; i < b.B; ++i)
+        for (int k = 0; k < K; ++k) {
+          double ce = 0;
+          for (int j = 0; j < J; ++j)
+            ce -= projected[(std::size_t(i) * K + k) * J + j] *
+                  lp[(std::size_t(i) * actions_ + cum_[k] + b.actions[i * K + k]) * J + j];
+          total += b.weights[i] * ce / K;
+        }
+    }
+    return total / (double(b.B) * E);
+  }
+
+  // Per-sample spread: (1/K)·Σ_k population std over {main, members} of Q(s_i, a_ik).
+  std::vector<double> ensemble_spread(const std::vector<double>& P, const RefBatch& b) const {
+    const int K = static_cast<int>(c_.branches.size()), E = c_.ensemble.k;
+    const auto feat = features(P, b.states, b.B);
+    std::vector<std::vector<double>> lps{heads(P, feat, b.B, static_cast<int>(c_.trunk.size()))};
+    for (int e = 0; e < E; ++e) lps.push_back(heads(P, feat, b.B, l_.ensemble_layer(e)));
+    std::vector<double> out(b.B, 0.0);
+    for (int i = 0; i < b.B; ++i)
+      for (int k = 0; k < K; ++k) {
+        std::vector<double> q;
+        for (const auto& lp : lps) q.push_back(q_of(lp, i, cum_[k] + b.actions[i * K + k]));
+        double m = 0, v = 0;
+        for (double x : q) m += x / q.size();
+        for (double x : q) v += (x - m) * (x - m) / q.size();
+        out[i] += std::sqrt(v) / K;
+      }
+    return out;
+  }
+
+  // IQN quantiles [R·N, A] of parameters P on features feat [R, F] at τ (row i·N + n).
+  std::vector<double> iqn_quantiles(const std::vector<double>& P, const std::vector<double>& feat, int R,
+                                    const std::vector<double>& tau) const {
+    const int N = c_.iqn.n_tau, E = c_.iqn.embed_dim, F = c_.trunk.back(), L = l_.iqn_layer();
+    std::vector<double> cosv(std::size_t(R) * N * E), h(std::size_t(R) * N * F);
+    for (int r = 0; r < R * N; ++r)
+      for (int e = 0; e < E; ++e) cosv[std::size_t(r) * E + e] = std::cos(M_PI * e * tau[r]);
+    const auto phi = dense(P, L, cosv, R * N, E, true);
+    for (int r = 0; r < R * N; ++r)
+      for (int f = 0; f < F; ++f) h[std::size_t(r) * F + f] = feat[std::size_t(r / N) * F + f] * phi[std::size_t(r) * F + f];
+    const auto hidden = dense(P, L + 1, h, R * N, F, true);
+    return dense(P, L + 2, hidden, R * N, c_.head_hidden, false);
+  }
+
+  // IQN quantile Huber loss (docs/kernels.md) with the given τ, τ′ and double-DQN actions.
+  double iqn(const std::vector<double>& P, const std::vector<double>& T, const RefBatch& b,
+             const std::vector<double>& tau, const std::vector<double>& tau_target, const std::vector<int>& best) const {
+    const int K = static_cast<int>(c_.branches.size()), N = c_.iqn.n_tau, A = actions_;
+    const double kappa = c_.iqn.kappa, gn = std::pow(double(c_.gamma), c_.n_step);
+    const auto z = iqn_quantiles(P, features(P, b.states, b.B), b.B, tau);
+    const auto zt = iqn_quantiles(T, features(T, b.next_states, b.B), b.B, tau_target);
+    double total = 0;
+    for (int i = 0; i < b.B; ++i) {
+      double L = 0;
+      for (int k = 0; k < K; ++k) {
+        const int a = cum_[k] + b.actions[i * K + k], a2 = cum_[k] + best[i * K + k];
+        for (int n = 0; n < N; ++n)
+          for (int m = 0; m < N; ++m) {
+            const double d = b.rewards[i] + gn * (1 - b.dones[i]) * zt[std::size_t(i * N + m) * A + a2] -
+                             z[std::size_t(i * N + n) * A + a];
+            const double hub = std::abs(d) <= kappa ? 0.5 * d * d : kappa * (std::abs(d) - 0.5 * kappa);
+            L += std::abs(tau[i * N + n] - (d < 0 ? 1.0 : 0.0)) * hub / kappa / N / K;
+          }
+      }
+      total += b.weights[i] * L / b.B;
+    }
+    return total;
   }
 
  private:

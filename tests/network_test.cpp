@@ -18,7 +18,7 @@ using zs::test::RefNet;
 
 zs::Config small_config() {
   // atoms 6 on [-2, 3]: Δz = 1, so rewards on integers land exactly on support points.
-  return zs::Config::from_json({{"state_dim", 5}, {"trunk", {7, 6}}, {"head_hidden", 4}, {"branches", {3, 2}},
+  return zs::Config::from_json({{"state_dim", 5}, {"trunk", {9, 8}}, {"head_hidden", 8}, {"branches", {3, 2}},
                                 {"atoms", 6}, {"v_min", -2}, {"v_max", 3}, {"gamma", 0.9}, {"n_step", 2}});
 }
 
@@ -144,22 +144,40 @@ TEST(C51Loss, LossPrioritiesAndDoubleDqnActionMatchReference) {
     Fixture fx(seed, B);
     const auto dev = run_device(fx);
     const auto ref = fx.ref.loss(fx.online, fx.target, fx.batch);
-    EXPECT_NEAR(dev.loss, ref.loss, 1e-5 * std::abs(ref.loss) + 1e-6);
-    for (int i = 0; i < B; ++i) // Relative 1e-5 plus 1e-6 absolute: a small L_i (a target mass the net already predicts) is a
-    // difference of O(1) float terms, so its rounding is absolute, not relative to L_i.
-    EXPECT_NEAR(dev.priorities[i], ref.priorities[i], 1e-5 * std::abs(ref.priorities[i]) + 1e-6);
-    EXPECT_EQ(dev.best, ref.best);
+    // A near-tied a* (float rounding may pick the other action) changes that sample's target: its
+    // L_i, and the mean loss, are then judged only through a* below.
+    const int K = static_cast<int>(ref.best.size()) / B;
+    bool any_tie = false;
+    for (int i = 0; i < B; ++i) {
+      bool tie = false;
+      for (int k = 0; k < K; ++k) tie |= ref.margin[i * K + k] <= 1e-5;
+      any_tie |= tie;
+      // Relative 1e-5 plus 1e-6 absolute: a small L_i (a target mass the net already predicts) is a
+      // difference of O(1) float terms, so its rounding is absolute, not relative to L_i.
+      if (!tie) EXPECT_NEAR(dev.priorities[i], ref.priorities[i], 1e-5 * std::abs(ref.priorities[i]) + 1e-6);
+    }
+    if (!any_tie) EXPECT_NEAR(dev.loss, ref.loss, 1e-5 * std::abs(ref.loss) + 1e-6);
+    // a* must match wherever the double reference's best action leads by more than float rounding;
+    // on a near-tie either action is a correct argmax of the float Q values.
+    ASSERT_EQ(dev.best.size(), ref.best.size());
+    for (std::size_t i = 0; i < ref.best.size(); ++i)
+      if (ref.margin[i] > 1e-5) EXPECT_EQ(dev.best[i], ref.best[i]) << "sample/branch " << i << ", margin " << ref.margin[i];
   }
 }
 
 TEST(Network, EveryParameterGradientMatchesFiniteDifferences) {
   const auto seed = zs::test::fresh_seed();
   SCOPED_TRACE(testing::Message() << "seed " << seed);
-  Fixture fx(seed, 6);
+  Fixture fx(seed, 12);  // enough rows that no small layer is dead for the whole batch
   const auto dev = run_device(fx);
   const double h = 1e-6;
   double max_fd = 0;
   std::vector<double> fd(fx.layout.size(), 0.0);
+  // A step that crosses a ReLU kink or flips a near-tied a* makes the two one-sided differences
+  // disagree: there the loss is not differentiable at this scale, so that element is not judged.
+  std::vector<char> smooth(fx.layout.size(), 1);
+  const double centre = fx.ref.loss(fx.online, fx.target, fx.batch).loss;
+  std::size_t kinks = 0, judged = 0;
   for (const auto& t : fx.layout.tensors())
     for (std::size_t i = 0; i < t.size(); ++i) {
       auto p = fx.online;
@@ -168,12 +186,21 @@ TEST(Network, EveryParameterGradientMatchesFiniteDifferences) {
       p[t.offset + i] -= 2 * h;
       const double down = fx.ref.loss(p, fx.target, fx.batch).loss;
       fd[t.offset + i] = (up - down) / (2 * h);
+      const double right = (up - centre) / h, left = (centre - down) / h;
+      if (std::abs(right - left) > 1e-4 * (std::abs(right) + std::abs(left)) + 1e-3) {
+        smooth[t.offset + i] = 0;
+        ++kinks;
+        continue;
+      }
+      ++judged;
       max_fd = std::max(max_fd, std::abs(fd[t.offset + i]));
     }
   ASSERT_GT(max_fd, 1e-3) << "a vanishing gradient would make this test meaningless";
+  EXPECT_LE(kinks, judged / 50) << "more than 2 % of the elements sit on a kink: the test would judge too little";
   for (const auto& t : fx.layout.tensors()) {
     int nonzero = 0;
     for (std::size_t i = 0; i < t.size(); ++i) {
+      if (!smooth[t.offset + i]) continue;
       const double g = dev.grad[t.offset + i], f = fd[t.offset + i];
       EXPECT_NEAR(g, f, 2e-4 * max_fd + 1e-3 * std::abs(f)) << t.name << "[" << i << "]";
       nonzero += std::abs(f) > 1e-9;

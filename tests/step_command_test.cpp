@@ -169,3 +169,31 @@ TEST(StepCommand, RefusesBadFilesWithClearMessages) {
   }
   EXPECT_NE(run_error(c).find("trunk.0.bias"), std::string::npos);
 }
+
+TEST(StepCommand, AuxiliariesWriteTheirLossesNormsAndTensors) {
+  const auto seed = zs::test::fresh_seed();
+  SCOPED_TRACE(testing::Message() << "seed " << seed);
+  Files files;
+  auto j = kConfig;
+  j["seed"] = seed;
+  j["iqn"] = {{"n_tau", 4}, {"embed_dim", 6}};
+  j["ensemble"] = {{"k", 2}};
+  j["cql"] = {{"alpha", 0.5}};
+  std::ofstream(files.config) << j.dump();
+  const int B = 5;
+  st::write(files.batch, make_batch(B, seed));
+  zs::StepCommand cmd{files.config, files.batch, "", files.out, 2};
+  std::ostringstream log;
+  zs::run_step_command(cmd, log);
+  EXPECT_NE(log.str().find("guard ok"), std::string::npos) << log.str();
+  const auto out = st::read(files.out);
+  for (const char* name : {"iqn", "ensemble", "cql"})
+    for (const char* what : {".loss", ".grad_norm"}) {
+      const auto v = out.f32(std::string("aux.") + name + what, {1});
+      EXPECT_TRUE(std::isfinite(v[0]) && v[0] > 0.f) << name << what << " = " << v[0];
+    }
+  EXPECT_EQ(out.at("aux.ensemble.spread").shape, (std::vector<std::int64_t>{B}));
+  for (const char* name : {"iqn.embed.weight", "iqn.1.bias", "ensemble.1.value.0.weight", "ensemble.0.branch.1.1.bias"})
+    for (const char* prefix : {"grad.", "param.", "target."})
+      EXPECT_EQ(out.tensors.count(prefix + std::string(name)), 1u) << prefix << name;
+}

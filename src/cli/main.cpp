@@ -9,6 +9,7 @@
 #include "error.hpp"
 #include "self_check.hpp"
 #include "step_command.hpp"
+#include "train_command.hpp"
 
 int main(int argc, char** argv) {
   // Kokkos takes its own --kokkos-* options out of argv before ours are parsed.
@@ -28,8 +29,29 @@ int main(int argc, char** argv) {
   step->add_option("--params", step_cmd.params_path, "initial parameters in PyTorch nn.Linear naming (default: init from seed)");
   step->add_option("--steps", step_cmd.steps, "steps on the batch")->check(CLI::Range(1, 100000000));
   step->add_option("--out", step_cmd.out_path, "results (safetensors)")->required();
+  zs::TrainCommand train_cmd;
+  std::int64_t train_steps = 0;
+  int train_envs = 0;
+  std::uint64_t train_seed = 0;
+  auto* train = app.add_subcommand("train", "train an agent: environments, replay and learning on the device");
+  train->add_option("--env", train_cmd.env, "environment (default cartpole)")->check(CLI::IsMember({"cartpole", "market"}));
+  train->add_option("--config", train_cmd.config_path, "training config (JSON, docs/train.md); missing keys keep the env's defaults");
+  auto* steps_opt = train->add_option("--steps", train_steps, "environment steps in total")->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 50));
+  auto* envs_opt = train->add_option("--envs", train_envs, "environments stepped together")->check(CLI::Range(1, 1 << 20));
+  auto* seed_opt = train->add_option("--seed", train_seed, "seed for everything (init, envs, exploration, replay)");
+  train->add_option("--out", train_cmd.out, "run directory (default runs/<env>-<date>-<time>)");
+  train->add_flag("--resume", train_cmd.resume, "continue the run in --out from its checkpoint");
+  train->add_flag("--quiet", train_cmd.quiet, "no progress bar");
   CLI11_PARSE(app, argc, argv);
+  if (steps_opt->count()) train_cmd.steps = train_steps;
+  if (envs_opt->count()) train_cmd.envs = train_envs;
+  if (seed_opt->count()) train_cmd.seed = train_seed;
   try {
+    if (train->parsed()) {
+      const zs::TrainSummary s = zs::run_train_command(train_cmd, std::cerr);
+      if (s.outcome == zs::TrainOutcome::interrupted) return 130;
+      return s.outcome == zs::TrainOutcome::guard_stopped || s.outcome == zs::TrainOutcome::q_stopped ? 3 : 0;
+    }
     if (step->parsed()) {
       zs::run_step_command(step_cmd, std::cout);
       return 0;

@@ -1,0 +1,41 @@
+// The training loop's throughput: one iteration = every env acts and steps once, the transitions
+// go to replay, and one training step runs (sample → step → priority update), past
+// learning_starts. Reported per iteration, with env steps/s and training steps/s.
+#include <benchmark/benchmark.h>
+
+#include "bench_util.hpp"
+#include "train_loop.hpp"
+
+namespace {
+
+// Args: env (0 cartpole, 1 market), envs, train (1: an update every iteration; 0: acting only).
+void BM_TrainIteration(benchmark::State& state) {
+  const bool market = state.range(0) == 1;
+  zs::TrainConfig c = zs::TrainConfig::defaults_for(market ? "market" : "cartpole");
+  c.envs = static_cast<int>(state.range(1));
+  c.learning_starts = state.range(2) ? 0 : (std::int64_t{1} << 60);
+  c.replay_capacity = std::max(c.replay_capacity, 4 * c.envs * (c.network.n_step + 1));
+  c.eval_every = 0;
+  c.stop_when_solved = false;
+  c.steps = std::int64_t{1} << 60;
+  zs::TrainLoop loop(c);
+  // Enough transitions that a batch draws from a filled buffer.
+  while (loop.env_steps() < 4 * c.batch_size) loop.iterate();
+  zs::bench::time_on_stream(state, loop.trainer().stream(), [&] { loop.iterate(); }, 20);
+  const double us = state.counters["us_per_call"];
+  state.counters["env_steps_per_s"] = c.envs * 1e6 / us;
+  state.counters["train_steps_per_s"] = state.range(2) ? 1e6 / us : 0.0;
+  state.SetLabel(market ? "market" : "cartpole");
+}
+BENCHMARK(BM_TrainIteration)
+    ->ArgNames({"market", "envs", "train"})
+    ->Args({0, 8, 1})
+    ->Args({0, 8, 0})
+    ->Args({0, 256, 1})
+    ->Args({1, 64, 1})
+    ->Args({1, 64, 0})
+    ->Args({1, 4096, 1})
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
+
+}  // namespace

@@ -1,0 +1,107 @@
+// The CQL regulariser through zs::Trainer: its loss against the double reference, its gradient
+// (C51 head and trunk) against central finite differences of the reference, and the clear errors.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "kernels/cql.hpp"
+#include "network_reference.hpp"
+#include "test_util.hpp"
+#include "trainer.hpp"
+
+namespace {
+
+zs::Config cql_config(std::uint64_t seed, double alpha) {
+  return zs::Config::from_json({{"state_dim", 5}, {"trunk", {9, 8}}, {"head_hidden", 8}, {"branches", {3, 2}},
+                                {"atoms", 6}, {"v_min", -2}, {"v_max", 3}, {"gamma", 0.9}, {"n_step", 2},
+                                {"seed", seed}, {"precision", "fp32"}, {"cql", {{"alpha", alpha}, {"budget", 0.2}}}});
+}
+
+std::vector<double> as_double(const std::vector<float>& v) { return {v.begin(), v.end()}; }
+
+zs::test::RefBatch ref_batch(const zs::HostBatch& hb) {
+  zs::test::RefBatch rb;
+  rb.B = hb.size;
+  rb.states = as_double(hb.states);
+  rb.next_states = as_double(hb.next_states);
+  rb.actions = hb.actions;
+  rb.rewards = as_double(hb.rewards);
+  rb.dones = as_double(hb.dones);
+  rb.weights = as_double(hb.weights);
+  return rb;
+}
+
+}  // namespace
+
+TEST(CQL, LossAndEveryGradientMatchTheReferenceAndFiniteDifferences) {
+  const auto seed = zs::test::fresh_seed();
+  SCOPED_TRACE(testing::Message() << "seed " << seed);
+  const auto c = cql_config(seed, 0.7);
+  const int B = 12;  // enough rows that no small layer is dead for the whole batch
+  zs::TrainerOptions opt;
+  opt.batch_size = B;
+  zs::Trainer tr(c, opt);
+  const auto hb = zs::random_batch(c, B, seed + 1);
+  zs::upload(tr.stream().exec(), c, hb, tr.batch());
+  const auto p0 = as_double(zs::test::to_host(tr.online().flat()));
+  tr.step_direct();
+  tr.synchronize();
+  ASSERT_NE(tr.cql(), nullptr);
+  float loss = 0;
+  Kokkos::deep_copy(loss, tr.cql()->out().loss);
+  const auto grad = zs::test::to_host(tr.cql()->out().grad.flat());
+
+  const zs::test::RefNet ref(c, tr.layout());
+  const auto rb = ref_batch(hb);
+  const double expect = ref.cql(p0, rb);
+  EXPECT_NEAR(loss, expect, 1e-5 * std::abs(expect) + 1e-6);
+
+  double norm = 0;
+  for (float g : grad) norm += double(g) * g;
+  double dev_norm = 0;
+  Kokkos::deep_copy(dev_norm, tr.cql()->out().norm);
+  EXPECT_NEAR(dev_norm, std::sqrt(norm), 1e-9 * std::sqrt(norm));
+
+  const double h = 1e-6;
+  std::vector<double> fd(p0.size(), 0.0);
+  double max_fd = 0;
+  for (const auto& t : tr.layout().tensors())
+    for (std::size_t i = 0; i < t.size(); ++i) {
+      auto p = p0;
+      p[t.offset + i] += h;
+      const double up = ref.cql(p, rb);
+      p[t.offset + i] -= 2 * h;
+      fd[t.offset + i] = (up - ref.cql(p, rb)) / (2 * h);
+      max_fd = std::max(max_fd, std::abs(fd[t.offset + i]));
+    }
+  ASSERT_GT(max_fd, 1e-4) << "a vanishing gradient would make this test meaningless";
+  for (const auto& t : tr.layout().tensors()) {
+    int nonzero = 0;
+    for (std::size_t i = 0; i < t.size(); ++i) {
+      const double g = grad[t.offset + i], f = fd[t.offset + i];
+      EXPECT_NEAR(g, f, 2e-4 * max_fd + 1e-3 * std::abs(f)) << t.name << "[" << i << "]";
+      nonzero += std::abs(f) > 1e-9;
+    }
+    EXPECT_GT(nonzero, 0) << t.name << ": finite differences found no gradient at all";
+  }
+}
+
+TEST(CQL, ConfigErrorsAreClear) {
+  auto j = cql_config(1, 1.0).to_json();
+  j["cql"] = {{"alpha", 0}};
+  EXPECT_NE(zs::test::error_of([&] { zs::Config::from_json(j); }).find("cql.alpha = 0 is invalid"), std::string::npos);
+  j["cql"] = {{"alpha", 1}, {"weight", 2}};
+  EXPECT_NE(zs::test::error_of([&] { zs::Config::from_json(j); }).find("cql.weight is an unknown key"),
+            std::string::npos);
+  j["cql"] = {{"budget", 1.5}};
+  EXPECT_NE(zs::test::error_of([&] { zs::Config::from_json(j); }).find("cql.budget = 1.5 is invalid"),
+            std::string::npos);
+  j["cql"] = 3;
+  EXPECT_NE(zs::test::error_of([&] { zs::Config::from_json(j); }).find("cql = 3 is invalid"), std::string::npos);
+  j["cql"] = true;
+  j["branches"] = {65};
+  EXPECT_NE(zs::test::error_of([&] { zs::Config::from_json(j); }).find("at most 64 actions per branch"),
+            std::string::npos);
+  j["cql"] = false;
+  EXPECT_FALSE(zs::Config::from_json(j).cql.on);
+}

@@ -1,0 +1,131 @@
+// The ensemble heads through zs::Trainer: loss and spread against the double reference, the
+// gradient (member heads and trunk; nothing else) against central finite differences, errors.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "network_reference.hpp"
+#include "test_util.hpp"
+#include "trainer.hpp"
+
+namespace {
+
+zs::Config ens_config(std::uint64_t seed, int k) {
+  return zs::Config::from_json({{"state_dim", 5}, {"trunk", {9, 8}}, {"head_hidden", 8}, {"branches", {3, 2}},
+                                {"atoms", 6}, {"v_min", -2}, {"v_max", 3}, {"gamma", 0.9}, {"n_step", 2},
+                                {"seed", seed}, {"precision", "fp32"}, {"ensemble", {{"k", k}, {"budget", 0.2}}}});
+}
+
+std::vector<double> as_double(const std::vector<float>& v) { return {v.begin(), v.end()}; }
+
+zs::test::RefBatch ref_batch(const zs::HostBatch& hb) {
+  zs::test::RefBatch rb;
+  rb.B = hb.size;
+  rb.states = as_double(hb.states);
+  rb.next_states = as_double(hb.next_states);
+  rb.actions = hb.actions;
+  rb.rewards = as_double(hb.rewards);
+  rb.dones = as_double(hb.dones);
+  rb.weights = as_double(hb.weights);
+  return rb;
+}
+
+}  // namespace
+
+TEST(Ensemble, LossSpreadAndEveryGradientMatchTheReferenceAndFiniteDifferences) {
+  for (int k : {1, 3}) {
+    const auto seed = zs::test::fresh_seed();
+    SCOPED_TRACE(testing::Message() << "k " << k << " seed " << seed);
+    const auto c = ens_config(seed, k);
+    const int B = 12;  // enough rows that no small layer is dead for the whole batch
+    zs::TrainerOptions opt;
+    opt.batch_size = B;
+    zs::Trainer tr(c, opt);
+    const auto hb = zs::random_batch(c, B, seed + 1);
+    zs::upload(tr.stream().exec(), c, hb, tr.batch());
+    const auto p0 = as_double(zs::test::to_host(tr.online().flat()));
+    const auto t0 = as_double(zs::test::to_host(tr.target().flat()));
+    tr.step_direct();
+    tr.synchronize();
+    ASSERT_NE(tr.ensemble(), nullptr);
+    ASSERT_EQ(tr.ensemble()->members(), k);
+    float loss = 0, spread_mean = 0;
+    Kokkos::deep_copy(loss, tr.ensemble()->out().loss);
+    Kokkos::deep_copy(spread_mean, tr.ensemble()->spread_mean());
+    const auto grad = zs::test::to_host(tr.ensemble()->out().grad.flat());
+    const auto spread = zs::test::to_host(tr.ensemble()->spread());
+
+    const zs::test::RefNet ref(c, tr.layout());
+    const auto rb = ref_batch(hb);
+    const auto m = ref.loss(p0, t0, rb).projected;
+    const double expect = ref.ensemble(p0, rb, m);
+    EXPECT_NEAR(loss, expect, 1e-5 * std::abs(expect) + 1e-6);
+    const auto ref_spread = ref.ensemble_spread(p0, rb);
+    double ref_mean = 0;
+    for (int i = 0; i < B; ++i) {
+      // A standard deviation of a few fp32 Q values of size ~3: cancellation costs ~1e-3 relative.
+      EXPECT_NEAR(spread[i], ref_spread[i], 2e-3 * ref_spread[i] + 5e-5) << "sample " << i;
+      ref_mean += ref_spread[i] / B;
+    }
+    EXPECT_NEAR(spread_mean, ref_mean, 1e-4 * ref_mean + 1e-5);
+    EXPECT_GT(ref_mean, 1e-3) << "heads with their own parameters must disagree";
+
+    const double h = 1e-6;
+    std::vector<double> fd(p0.size(), 0.0);
+    double max_fd = 0;
+    for (const auto& t : tr.layout().tensors())
+      for (std::size_t i = 0; i < t.size(); ++i) {
+        auto p = p0;
+        p[t.offset + i] += h;
+        const double up = ref.ensemble(p, rb, m);
+        p[t.offset + i] -= 2 * h;
+        fd[t.offset + i] = (up - ref.ensemble(p, rb, m)) / (2 * h);
+        max_fd = std::max(max_fd, std::abs(fd[t.offset + i]));
+      }
+    ASSERT_GT(max_fd, 1e-4) << "a vanishing gradient would make this test meaningless";
+    for (const auto& t : tr.layout().tensors()) {
+      const bool own = t.name.rfind("trunk.", 0) == 0 || t.name.rfind("ensemble.", 0) == 0;
+      int nonzero = 0;
+      for (std::size_t i = 0; i < t.size(); ++i) {
+        const double g = grad[t.offset + i], f = fd[t.offset + i];
+        if (!own) {
+          ASSERT_EQ(g, 0.0) << t.name << "[" << i << "]: the ensemble must not touch the C51 head";
+          continue;
+        }
+        EXPECT_NEAR(g, f, 2e-4 * max_fd + 1e-3 * std::abs(f)) << t.name << "[" << i << "]";
+        nonzero += std::abs(f) > 1e-9;
+      }
+      if (own) EXPECT_GT(nonzero, 0) << t.name << ": finite differences found no gradient at all";
+    }
+  }
+}
+
+TEST(Ensemble, LayoutNamesComeAfterTheNetwork) {
+  const auto plain = ens_config(1, 1).to_json();
+  auto j = plain;
+  j["ensemble"] = false;
+  const zs::ParamLayout off(zs::Config::from_json(j)), on(ens_config(1, 2));
+  ASSERT_LT(off.tensors().size(), on.tensors().size());
+  for (std::size_t i = 0; i < off.tensors().size(); ++i) {
+    EXPECT_EQ(off.tensors()[i].name, on.tensors()[i].name);
+    EXPECT_EQ(off.tensors()[i].offset, on.tensors()[i].offset);
+  }
+  EXPECT_EQ(on.tensor("ensemble.1.branch.1.1.weight").shape, (std::vector<int>{2 * 6, 8}));
+  EXPECT_EQ(on.ensemble_layer(1), on.ensemble_layer(0) + on.head_set_layers());
+  EXPECT_EQ(off.ensemble_layer(0), -1);
+}
+
+TEST(Ensemble, ConfigErrorsAreClear) {
+  auto j = ens_config(1, 1).to_json();
+  j["ensemble"] = {{"k", 0}};
+  EXPECT_NE(zs::test::error_of([&] { zs::Config::from_json(j); }).find("ensemble.k = 0 is invalid"), std::string::npos);
+  j["ensemble"] = {{"k", 65}};
+  EXPECT_NE(zs::test::error_of([&] { zs::Config::from_json(j); }).find("ensemble.k = 65 is invalid"), std::string::npos);
+  j["ensemble"] = true;
+  EXPECT_NE(zs::test::error_of([&] { zs::Config::from_json(j); }).find("ensemble = true is invalid"), std::string::npos);
+  j["ensemble"] = {{"k", 2}, {"heads", 2}};
+  EXPECT_NE(zs::test::error_of([&] { zs::Config::from_json(j); }).find("ensemble.heads is an unknown key"),
+            std::string::npos);
+  j["ensemble"] = nlohmann::json::object();
+  EXPECT_EQ(zs::Config::from_json(j).ensemble.k, 2);  // documented default
+}

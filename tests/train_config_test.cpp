@@ -1,0 +1,88 @@
+// `zerosync train`'s configuration: the built-in defaults validate and survive a JSON round trip,
+// partial files override only what they name, and every bad key or value is refused by name.
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "test_util.hpp"
+#include "train_config.hpp"
+
+namespace {
+
+using json = nlohmann::json;
+using zs::TrainConfig;
+using zs::test::error_of;
+
+TEST(TrainConfig, DefaultsValidateAndRoundTripThroughJson) {
+  for (const char* env : {"cartpole", "market"}) {
+    SCOPED_TRACE(env);
+    const TrainConfig c = TrainConfig::defaults_for(env);
+    EXPECT_NO_THROW(c.validate());
+    const TrainConfig back = TrainConfig::from_json(c.to_json());
+    EXPECT_EQ(back.to_json(), c.to_json());
+    EXPECT_EQ(back.env, env);
+  }
+}
+
+TEST(TrainConfig, PartialConfigOverridesOnlyWhatItNames) {
+  const json j = {{"envs", 3}, {"network", {{"lr", 0.005}, {"trunk", {16}}}}, {"epsilon", {{"end", 0.1}}},
+                  {"replay", {{"prioritized", false}}}};
+  const TrainConfig c = TrainConfig::from_json(j);
+  const TrainConfig d = TrainConfig::defaults_for("cartpole");
+  EXPECT_EQ(c.envs, 3);
+  EXPECT_FLOAT_EQ(c.network.lr, 0.005f);
+  EXPECT_EQ(c.network.trunk, std::vector<int>{16});
+  EXPECT_EQ(c.network.atoms, d.network.atoms);
+  EXPECT_FLOAT_EQ(c.epsilon.end, 0.1f);
+  EXPECT_FLOAT_EQ(c.epsilon.start, d.epsilon.start);
+  EXPECT_EQ(c.epsilon.steps, d.epsilon.steps);
+  EXPECT_FALSE(c.prioritized);
+  EXPECT_EQ(c.replay_capacity, d.replay_capacity);
+  // Naming another environment brings that environment's defaults.
+  const TrainConfig m = TrainConfig::from_json({{"env", "market"}});
+  EXPECT_EQ(m.to_json(), TrainConfig::defaults_for("market").to_json());
+}
+
+TEST(TrainConfig, BadKeysAndValuesAreClearErrors) {
+  const auto err = [](const json& j) { return error_of([&] { TrainConfig::from_json(j); }); };
+  EXPECT_NE(err({{"stepz", 5}}).find("unknown key 'stepz'"), std::string::npos);
+  EXPECT_NE(err({{"env", "pong"}}).find("env = 'pong'"), std::string::npos);
+  EXPECT_NE(err({{"envs", 0}}).find("envs = 0"), std::string::npos);
+  EXPECT_NE(err({{"envs", 2.5}}).find("expected an integer"), std::string::npos);
+  EXPECT_NE(err({{"batch_size", -1}}).find("batch_size = -1"), std::string::npos);
+  EXPECT_NE(err({{"network", {{"state_dim", 3}}}}).find("network.state_dim"), std::string::npos);
+  EXPECT_NE(err({{"network", {{"atomz", 3}}}}).find("unknown key 'atomz'"), std::string::npos);
+  EXPECT_NE(err({{"network", {{"atoms", 1}}}}).find("atoms = 1"), std::string::npos);
+  EXPECT_NE(err({{"replay", {{"alpha", "high"}}}}).find("alpha = \"high\""), std::string::npos);
+  EXPECT_NE(err({{"replay", {{"capacity", 3}}}}).find("replay.capacity = 3"), std::string::npos);
+  EXPECT_NE(err({{"replay", {{"beta", {{"start", 2}}}}}}).find("replay.beta.start = 2"), std::string::npos);
+  EXPECT_NE(err({{"epsilon", {{"end", -0.5}}}}).find("epsilon.end = -0.5"), std::string::npos);
+  EXPECT_NE(err({{"eval", {{"episodes", 0}}}}).find("eval.episodes = 0"), std::string::npos);
+  EXPECT_NE(err({{"eval", {{"every", 0}, {"stop_when_solved", true}}}}).find("stop_when_solved"), std::string::npos);
+  EXPECT_NE(err({{"guard", {{"loss_clip", -1}}}}).find("loss_clip"), std::string::npos);
+  EXPECT_NE(err(json::array()).find("expected a JSON object"), std::string::npos);
+}
+
+TEST(TrainConfig, FilesThatAreMissingOrNotJsonAreRefused) {
+  const std::string missing = zs::test::temp_path("missing.json");
+  EXPECT_NE(error_of([&] { TrainConfig::from_file(missing); }).find("cannot open"), std::string::npos);
+  const std::string bad = zs::test::temp_path("bad.json");
+  std::ofstream(bad) << "{\"envs\": 4,";
+  EXPECT_NE(error_of([&] { TrainConfig::from_file(bad); }).find("not valid JSON"), std::string::npos);
+  const std::string good = zs::test::temp_path("good.json");
+  std::ofstream(good) << "{\"envs\": 4, \"steps\": 1000}";
+  const TrainConfig c = TrainConfig::from_file(good);
+  EXPECT_EQ(c.envs, 4);
+  EXPECT_EQ(c.steps, 1000);
+}
+
+TEST(TrainConfig, LinearScheduleRampsThenHolds) {
+  const zs::LinearSchedule s{1.f, 0.1f, 100};
+  EXPECT_DOUBLE_EQ(s.at(0), 1.0);
+  EXPECT_NEAR(s.at(50), 0.55, 1e-7);
+  EXPECT_NEAR(s.at(100), 0.1, 1e-7);
+  EXPECT_NEAR(s.at(1000), 0.1, 1e-7);
+  EXPECT_NEAR((zs::LinearSchedule{0.3f, 0.7f, 0}.at(0)), 0.7, 1e-7);
+}
+
+}  // namespace
