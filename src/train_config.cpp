@@ -39,17 +39,12 @@ class Reader {
     require(v.is_number_integer(), where_, ": ", key, " = ", v.dump(), " is invalid; expected an integer");
     out = v.get<Int>();
   }
-  void number(const char* key, float& out) const {
+  template <class Real>
+  void number(const char* key, Real& out) const {
     if (!j_.contains(key)) return;
     const auto& v = j_.at(key);
     require(v.is_number(), where_, ": ", key, " = ", v.dump(), " is invalid; expected a number");
-    out = v.get<float>();
-  }
-  void number(const char* key, double& out) const {
-    if (!j_.contains(key)) return;
-    const auto& v = j_.at(key);
-    require(v.is_number(), where_, ": ", key, " = ", v.dump(), " is invalid; expected a number");
-    out = v.get<double>();
+    out = v.get<Real>();
   }
   void boolean(const char* key, bool& out) const {
     if (!j_.contains(key)) return;

@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "fd_check.hpp"
 #include "network_reference.hpp"
 #include "test_util.hpp"
 #include "trainer.hpp"
@@ -16,19 +17,8 @@ zs::Config ens_config(std::uint64_t seed, int k) {
                                 {"seed", seed}, {"precision", "fp32"}, {"ensemble", {{"k", k}, {"budget", 0.2}}}});
 }
 
-std::vector<double> as_double(const std::vector<float>& v) { return {v.begin(), v.end()}; }
-
-zs::test::RefBatch ref_batch(const zs::HostBatch& hb) {
-  zs::test::RefBatch rb;
-  rb.B = hb.size;
-  rb.states = as_double(hb.states);
-  rb.next_states = as_double(hb.next_states);
-  rb.actions = hb.actions;
-  rb.rewards = as_double(hb.rewards);
-  rb.dones = as_double(hb.dones);
-  rb.weights = as_double(hb.weights);
-  return rb;
-}
+using zs::test::as_double;
+using zs::test::ref_batch;
 
 }  // namespace
 
@@ -70,33 +60,9 @@ TEST(Ensemble, LossSpreadAndEveryGradientMatchTheReferenceAndFiniteDifferences) 
     EXPECT_NEAR(spread_mean, ref_mean, 1e-4 * ref_mean + 1e-5);
     EXPECT_GT(ref_mean, 1e-3) << "heads with their own parameters must disagree";
 
-    const double h = 1e-6;
-    std::vector<double> fd(p0.size(), 0.0);
-    double max_fd = 0;
-    for (const auto& t : tr.layout().tensors())
-      for (std::size_t i = 0; i < t.size(); ++i) {
-        auto p = p0;
-        p[t.offset + i] += h;
-        const double up = ref.ensemble(p, rb, m);
-        p[t.offset + i] -= 2 * h;
-        fd[t.offset + i] = (up - ref.ensemble(p, rb, m)) / (2 * h);
-        max_fd = std::max(max_fd, std::abs(fd[t.offset + i]));
-      }
-    ASSERT_GT(max_fd, 1e-4) << "a vanishing gradient would make this test meaningless";
-    for (const auto& t : tr.layout().tensors()) {
-      const bool own = t.name.rfind("trunk.", 0) == 0 || t.name.rfind("ensemble.", 0) == 0;
-      int nonzero = 0;
-      for (std::size_t i = 0; i < t.size(); ++i) {
-        const double g = grad[t.offset + i], f = fd[t.offset + i];
-        if (!own) {
-          ASSERT_EQ(g, 0.0) << t.name << "[" << i << "]: the ensemble must not touch the C51 head";
-          continue;
-        }
-        EXPECT_NEAR(g, f, 2e-4 * max_fd + 1e-3 * std::abs(f)) << t.name << "[" << i << "]";
-        nonzero += std::abs(f) > 1e-9;
-      }
-      if (own) EXPECT_GT(nonzero, 0) << t.name << ": finite differences found no gradient at all";
-    }
+    zs::test::expect_gradient_matches_finite_differences(
+        tr.layout(), p0, grad, [&](const std::vector<double>& p) { return ref.ensemble(p, rb, m); },
+        zs::test::trunk_and("ensemble."));
   }
 }
 

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kernels/iqn.hpp"
+#include "fd_check.hpp"
 #include "network_reference.hpp"
 #include "test_util.hpp"
 #include "trainer.hpp"
@@ -18,19 +19,8 @@ zs::Config iqn_config(std::uint64_t seed, double kappa) {
                                 {"seed", seed}, {"precision", "fp32"}, {"iqn", {{"n_tau", 3}, {"embed_dim", 5}, {"kappa", kappa}, {"budget", 0.2}}}});
 }
 
-std::vector<double> as_double(const std::vector<float>& v) { return {v.begin(), v.end()}; }
-
-zs::test::RefBatch ref_batch(const zs::HostBatch& hb) {
-  zs::test::RefBatch rb;
-  rb.B = hb.size;
-  rb.states = as_double(hb.states);
-  rb.next_states = as_double(hb.next_states);
-  rb.actions = hb.actions;
-  rb.rewards = as_double(hb.rewards);
-  rb.dones = as_double(hb.dones);
-  rb.weights = as_double(hb.weights);
-  return rb;
-}
+using zs::test::as_double;
+using zs::test::ref_batch;
 
 }  // namespace
 
@@ -71,33 +61,9 @@ TEST(IQN, LossTauAndEveryGradientMatchTheReferenceAndFiniteDifferences) {
     const double expect = ref.iqn(p0, t0, rb, tau, tau2, best);
     EXPECT_NEAR(loss, expect, 1e-5 * std::abs(expect) + 1e-6);
 
-    const double h = 1e-6;
-    std::vector<double> fd(p0.size(), 0.0);
-    double max_fd = 0;
-    for (const auto& t : tr.layout().tensors())
-      for (std::size_t i = 0; i < t.size(); ++i) {
-        auto p = p0;
-        p[t.offset + i] += h;
-        const double up = ref.iqn(p, t0, rb, tau, tau2, best);
-        p[t.offset + i] -= 2 * h;
-        fd[t.offset + i] = (up - ref.iqn(p, t0, rb, tau, tau2, best)) / (2 * h);
-        max_fd = std::max(max_fd, std::abs(fd[t.offset + i]));
-      }
-    ASSERT_GT(max_fd, 1e-4) << "a vanishing gradient would make this test meaningless";
-    for (const auto& t : tr.layout().tensors()) {
-      const bool own = t.name.rfind("trunk.", 0) == 0 || t.name.rfind("iqn.", 0) == 0;
-      int nonzero = 0;
-      for (std::size_t i = 0; i < t.size(); ++i) {
-        const double g = grad[t.offset + i], f = fd[t.offset + i];
-        if (!own) {
-          ASSERT_EQ(g, 0.0) << t.name << "[" << i << "]: IQN must not touch the C51 head";
-          continue;
-        }
-        EXPECT_NEAR(g, f, 2e-4 * max_fd + 1e-3 * std::abs(f)) << t.name << "[" << i << "]";
-        nonzero += std::abs(f) > 1e-9;
-      }
-      if (own) EXPECT_GT(nonzero, 0) << t.name << ": finite differences found no gradient at all";
-    }
+    zs::test::expect_gradient_matches_finite_differences(
+        tr.layout(), p0, grad, [&](const std::vector<double>& p) { return ref.iqn(p, t0, rb, tau, tau2, best); },
+        zs::test::trunk_and("iqn."));
   }
 }
 

@@ -3,11 +3,15 @@
 // gradient against central finite differences of the double-precision loss.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <memory>
+
 #include <nlohmann/json.hpp>
 #include <random>
 
 #include "batch.hpp"
 #include "network.hpp"
+#include "fd_check.hpp"
 #include "network_reference.hpp"
 #include "test_util.hpp"
 
@@ -168,44 +172,19 @@ TEST(C51Loss, LossPrioritiesAndDoubleDqnActionMatchReference) {
 TEST(Network, EveryParameterGradientMatchesFiniteDifferences) {
   const auto seed = zs::test::fresh_seed();
   SCOPED_TRACE(testing::Message() << "seed " << seed);
-  Fixture fx(seed, 12);  // enough rows that no small layer is dead for the whole batch
-  const auto dev = run_device(fx);
-  const double h = 1e-6;
-  double max_fd = 0;
-  std::vector<double> fd(fx.layout.size(), 0.0);
-  // A step that crosses a ReLU kink or flips a near-tied a* makes the two one-sided differences
-  // disagree: there the loss is not differentiable at this scale, so that element is not judged.
-  std::vector<char> smooth(fx.layout.size(), 1);
-  const double centre = fx.ref.loss(fx.online, fx.target, fx.batch).loss;
-  std::size_t kinks = 0, judged = 0;
-  for (const auto& t : fx.layout.tensors())
-    for (std::size_t i = 0; i < t.size(); ++i) {
-      auto p = fx.online;
-      p[t.offset + i] += h;
-      const double up = fx.ref.loss(p, fx.target, fx.batch).loss;
-      p[t.offset + i] -= 2 * h;
-      const double down = fx.ref.loss(p, fx.target, fx.batch).loss;
-      fd[t.offset + i] = (up - down) / (2 * h);
-      const double right = (up - centre) / h, left = (centre - down) / h;
-      if (std::abs(right - left) > 1e-4 * (std::abs(right) + std::abs(left)) + 1e-3) {
-        smooth[t.offset + i] = 0;
-        ++kinks;
-        continue;
-      }
-      ++judged;
-      max_fd = std::max(max_fd, std::abs(fd[t.offset + i]));
-    }
-  ASSERT_GT(max_fd, 1e-3) << "a vanishing gradient would make this test meaningless";
-  EXPECT_LE(kinks, judged / 50) << "more than 2 % of the elements sit on a kink: the test would judge too little";
-  for (const auto& t : fx.layout.tensors()) {
-    int nonzero = 0;
-    for (std::size_t i = 0; i < t.size(); ++i) {
-      if (!smooth[t.offset + i]) continue;
-      const double g = dev.grad[t.offset + i], f = fd[t.offset + i];
-      EXPECT_NEAR(g, f, 2e-4 * max_fd + 1e-3 * std::abs(f)) << t.name << "[" << i << "]";
-      nonzero += std::abs(f) > 1e-9;
-    }
-    EXPECT_GT(nonzero, 0) << t.name << ": finite differences found no gradient at all";
+  // 12 rows: enough that no small layer is dead for the whole batch. A near-tied a* lets the float
+  // step pick the other action (a different, equally valid target), so such draws are redrawn.
+  std::unique_ptr<Fixture> fxp;
+  for (std::uint64_t attempt = 0;; ++attempt) {
+    fxp = std::make_unique<Fixture>(seed + attempt, 12);
+    const auto r = fxp->ref.loss(fxp->online, fxp->target, fxp->batch);
+    if (*std::min_element(r.margin.begin(), r.margin.end()) > 1e-5) break;
+    ASSERT_LT(attempt, 20u) << "no draw without a near-tied a*";
   }
+  Fixture& fx = *fxp;
+  const auto dev = run_device(fx);
+  zs::test::expect_gradient_matches_finite_differences(
+      fx.layout, fx.online, dev.grad,
+      [&](const std::vector<double>& p) { return fx.ref.loss(p, fx.target, fx.batch).loss; });
   // Padding is never written by the backward pass (it stays at the poison value).
 }
