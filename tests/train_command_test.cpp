@@ -112,3 +112,31 @@ TEST(TrainCommand, MisuseIsRefusedWithClearMessages) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST(TrainCommand, TheGuardStopsTheRunWithAClearMessage) {
+  zs::TrainCommand cmd;
+  cmd.config_path = zs::test::temp_path("config.json");
+  // Every C51 loss is above this clip: the first training step trips the guard, which skips the
+  // update on the device; the host sees the record and stops the run.
+  std::ofstream(cmd.config_path) << R"({"network": {"trunk": [32], "head_hidden": 16, "atoms": 11},
+    "envs": 4, "batch_size": 16, "learning_starts": 40, "checkpoint_every": 0, "replay": {"capacity": 2000},
+    "eval": {"every": 0, "stop_when_solved": false}, "guard": {"loss_clip": 1e-9}})";
+  cmd.steps = 1000000;
+  cmd.out = zs::test::temp_path("run");
+  cmd.quiet = true;
+  std::filesystem::remove_all(cmd.out);
+  std::ostringstream log;
+  const zs::TrainSummary s = zs::run_train_command(cmd, log);
+  SCOPED_TRACE(log.str());
+  EXPECT_EQ(s.outcome, zs::TrainOutcome::guard_stopped);
+  EXPECT_LT(s.env_steps, 1000000);
+  EXPECT_NE(s.message.find("stopped by the training guard"), std::string::npos);
+  EXPECT_NE(s.message.find("loss above guard.loss_clip"), std::string::npos);
+  // Nothing was saved before the problem, and nothing is saved after it.
+  EXPECT_FALSE(std::filesystem::exists(cmd.out + "/checkpoint/loop.safetensors"));
+  EXPECT_NE(log.str().find("no checkpoint was saved before the problem"), std::string::npos);
+}
+
+}  // namespace
