@@ -173,11 +173,11 @@ void Network::backward_heads(const ExecSpace& exec, const Gemm& gemm, const Para
   auto head = [&](const ConstMatrixView& d_out, const ConstMatrixView& hidden, int l0, float beta) {
     gemm(Trans::T, Trans::N, 1.f, d_out, hidden, 0.f, grad.weight(l0 + 1));
     kernels::column_sum<ExecSpace>(exec, d_out, grad.bias(l0 + 1));
-    gemm.exact(Trans::N, Trans::N, 1.f, d_out, as_const(p.weight(l0 + 1)), 0.f, dh);
+    gemm(Trans::N, Trans::N, 1.f, d_out, as_const(p.weight(l0 + 1)), 0.f, dh);
     kernels::relu_backward<ExecSpace>(exec, dh, hidden);
     gemm(Trans::T, Trans::N, 1.f, as_const(dh), features, 0.f, grad.weight(l0));
     kernels::column_sum<ExecSpace>(exec, as_const(dh), grad.bias(l0));
-    gemm.exact(Trans::N, Trans::N, 1.f, as_const(dh), as_const(p.weight(l0)), beta, d_features);
+    gemm(Trans::N, Trans::N, 1.f, as_const(dh), as_const(p.weight(l0)), beta, d_features);
   };
   head(first_rows(g.d_value_out, c.atoms), first_rows(h.value_hidden, H), set.value0, accumulate ? 1.f : 0.f);
   for (int k = 0; k < table_.branches; ++k) {
@@ -200,9 +200,7 @@ void Network::backward_trunk(const ExecSpace& exec, const Gemm& gemm, const Para
     const ConstMatrixView x = i == 0 ? input : first_rows(acts.trunk[i - 1], c.trunk[i - 1]);
     gemm(Trans::T, Trans::N, 1.f, as_const(dz), x, 0.f, grad.weight(i));
     kernels::column_sum<ExecSpace>(exec, as_const(dz), grad.bias(i));
-    if (i > 0)
-      gemm.exact(Trans::N, Trans::N, 1.f, as_const(dz), as_const(p.weight(i)), 0.f,
-                 as_matrix(g.d_trunk[i - 1], B, c.trunk[i - 1]));
+    if (i > 0) gemm(Trans::N, Trans::N, 1.f, as_const(dz), as_const(p.weight(i)), 0.f, as_matrix(g.d_trunk[i - 1], B, c.trunk[i - 1]));
   }
 }
 

@@ -26,18 +26,10 @@ class Gemm {
   void operator()(Trans ta, Trans tb, float alpha, const GemmIn& a, const GemmIn& b, float beta,
                   const GemmOut& c) const;
 
-  // The same product in exact FP32 whatever precision() says. For input gradients dX = dY·W: dY
-  // sums to zero over atoms and over actions (softmax − target, the dueling mean), so dX is a
-  // small difference of large terms that TF32's 10-bit mantissa would drown (docs/gpu.md).
-  void exact(Trans ta, Trans tb, float alpha, const GemmIn& a, const GemmIn& b, float beta,
-             const GemmOut& c) const;
-
   Precision precision() const { return precision_; }
   void set_precision(Precision p) { precision_ = p; }
 
  private:
-  void run(Trans ta, Trans tb, float alpha, const GemmIn& a, const GemmIn& b, float beta, const GemmOut& c,
-           Precision p) const;
   Precision precision_;
   struct Impl;
   std::unique_ptr<Impl> impl_;

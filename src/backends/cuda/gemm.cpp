@@ -37,23 +37,13 @@ Gemm::~Gemm() = default;
 
 void Gemm::operator()(Trans ta, Trans tb, float alpha, const GemmIn& a, const GemmIn& b, float beta,
                       const GemmOut& c) const {
-  run(ta, tb, alpha, a, b, beta, c, precision_);
-}
-
-void Gemm::exact(Trans ta, Trans tb, float alpha, const GemmIn& a, const GemmIn& b, float beta,
-                 const GemmOut& c) const {
-  run(ta, tb, alpha, a, b, beta, c, Precision::fp32);
-}
-
-void Gemm::run(Trans ta, Trans tb, float alpha, const GemmIn& a, const GemmIn& b, float beta, const GemmOut& c,
-               Precision p) const {
   check_gemm_shapes(ta, tb, a, b, c);
   const int m = static_cast<int>(c.extent(0)), n = static_cast<int>(c.extent(1));
   const int k = static_cast<int>(ta == Trans::N ? a.extent(1) : a.extent(0));
   const cublasOperation_t opa = ta == Trans::N ? CUBLAS_OP_N : CUBLAS_OP_T;
   const cublasOperation_t opb = tb == Trans::N ? CUBLAS_OP_N : CUBLAS_OP_T;
   const cublasComputeType_t compute =
-      p == Precision::tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+      precision_ == Precision::tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
   ZS_CUBLAS_CHECK(cublasGemmEx(impl_->handle, opb, opa, n, m, k, &alpha, b.data(), CUDA_R_32F,
                                static_cast<int>(b.extent(1)), a.data(), CUDA_R_32F,
                                static_cast<int>(a.extent(1)), &beta, c.data(), CUDA_R_32F, n, compute,

@@ -22,17 +22,6 @@ Gemm::~Gemm() = default;
 
 void Gemm::operator()(Trans ta, Trans tb, float alpha, const GemmIn& a, const GemmIn& b, float beta,
                       const GemmOut& c) const {
-  run(ta, tb, alpha, a, b, beta, c, precision_);
-}
-
-// The host has no TF32: every product is exact FP32.
-void Gemm::exact(Trans ta, Trans tb, float alpha, const GemmIn& a, const GemmIn& b, float beta,
-                 const GemmOut& c) const {
-  run(ta, tb, alpha, a, b, beta, c, Precision::fp32);
-}
-
-void Gemm::run(Trans ta, Trans tb, float alpha, const GemmIn& a, const GemmIn& b, float beta, const GemmOut& c,
-               Precision) const {
   check_gemm_shapes(ta, tb, a, b, c);
   KokkosBlas::gemm(ta == Trans::N ? "N" : "T", tb == Trans::N ? "N" : "T", alpha, a, b, beta, c);
 }
