@@ -132,6 +132,11 @@ void Replay::sample(const ExecSpace& exec, DeviceBatch& batch, Kokkos::View<cons
 }
 
 void Replay::update_priorities(const ExecSpace& exec, Kokkos::View<const float*, MemSpace> priorities) {
+  update_priorities(exec, priorities, Kokkos::View<const float, MemSpace>());
+}
+
+void Replay::update_priorities(const ExecSpace& exec, Kokkos::View<const float*, MemSpace> priorities,
+                               Kokkos::View<const float, MemSpace> alpha) {
   require(sampled_.idx.extent(0) > 0, "Replay::update_priorities: no sample() yet; expected a sample() first");
   require(priorities.extent(0) == sampled_.idx.extent(0), "Replay::update_priorities: ", priorities.extent(0),
           " priorities; expected the last sample's batch size ", sampled_.idx.extent(0));
@@ -141,6 +146,7 @@ void Replay::update_priorities(const ExecSpace& exec, Kokkos::View<const float*,
   f.in = sampled_;
   f.priorities = priorities;
   f.alpha = static_cast<double>(rc_.alpha);
+  f.alpha_now = alpha;
   f.eps = static_cast<double>(rc_.priority_eps);
   kernels::replay_update_priorities(exec, f);
 }

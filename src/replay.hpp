@@ -44,6 +44,10 @@ class Replay {
 
   // Enqueue: for the last sample's entries, priority ← (|p| + priority_eps)^α (no-op when uniform).
   void update_priorities(const ExecSpace& exec, Kokkos::View<const float*, MemSpace> priorities);
+  // The same with α read from device memory at every update (an α schedule). Leaves written
+  // earlier keep the α they were written with until their entry is drawn and updated again.
+  void update_priorities(const ExecSpace& exec, Kokkos::View<const float*, MemSpace> priorities,
+                         Kokkos::View<const float, MemSpace> alpha);
 
   Kokkos::View<std::int64_t, MemSpace> sampleable() const { return st_.count; }
   int capacity() const { return rows_ * n_envs_; }

@@ -98,7 +98,9 @@ void TrainConfig::validate() const {
   require(updates >= 1 && updates <= 1024, "train config: updates = ", updates, " is invalid; expected 1..1024");
   require(replay_capacity >= envs * (network.n_step + 1), "train config: replay.capacity = ", replay_capacity,
           " is invalid; expected at least envs x (n_step + 1) = ", envs * (network.n_step + 1));
-  require_range("replay.alpha", alpha, 0, 10);
+  require_range("replay.alpha.start", alpha.start, 0, 10);
+  require_range("replay.alpha.end", alpha.end, 0, 10);
+  require(alpha.steps >= 0, "train config: replay.alpha.steps = ", alpha.steps, " is invalid; expected >= 0");
   require_range("replay.beta.start", beta.start, 0, 1);
   require_range("replay.beta.end", beta.end, 0, 1);
   require(beta.steps >= 0, "train config: replay.beta.steps = ", beta.steps, " is invalid; expected >= 0");
@@ -158,7 +160,15 @@ TrainConfig TrainConfig::from_json(const json& j, const TrainConfig& base) {
     Reader rr(*p, where + ": replay", {"capacity", "prioritized", "alpha", "beta", "priority_eps"});
     rr.integer("capacity", c.replay_capacity);
     rr.boolean("prioritized", c.prioritized);
-    rr.number("alpha", c.alpha);
+    if (const json* a = rr.object("alpha")) {
+      if (a->is_number()) {
+        c.alpha.start = c.alpha.end = a->get<float>();
+      } else {
+        require(a->is_object(), where, ": replay.alpha = ", a->dump(),
+                " is invalid; expected a number or {\"start\", \"end\", \"steps\"}");
+        c.alpha = read_schedule(*a, where + ": replay.alpha", c.alpha);
+      }
+    }
     rr.number("priority_eps", c.priority_eps);
     if (const json* b = rr.object("beta")) c.beta = read_schedule(*b, where + ": replay.beta", c.beta);
   }
@@ -198,7 +208,7 @@ json TrainConfig::to_json() const {
           {"replay",
            {{"capacity", replay_capacity},
             {"prioritized", prioritized},
-            {"alpha", alpha},
+            {"alpha", schedule_json(alpha)},
             {"beta", schedule_json(beta)},
             {"priority_eps", priority_eps}}},
           {"epsilon", schedule_json(epsilon)},

@@ -35,8 +35,10 @@ struct TrainConfig {
   // Replay (docs/replay.md).
   int replay_capacity = 100000;
   bool prioritized = true;
-  float alpha = 0.6f;
-  LinearSchedule beta{0.4f, 1.f, 0};  // steps = 0 here means "over the whole run"
+  // Priority exponent and importance-sampling exponent; for both, steps = 0 means "over the
+  // whole run". A plain number in the JSON is a constant.
+  LinearSchedule alpha{0.6f, 0.6f, 0};
+  LinearSchedule beta{0.4f, 1.f, 0};
   float priority_eps = 1e-6f;
   LinearSchedule epsilon{1.f, 0.02f, 10000};
   // Evaluation: `eval_episodes` greedy episodes (one per evaluation env) every `eval_every`

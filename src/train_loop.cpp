@@ -48,7 +48,7 @@ ReplayConfig replay_config(const TrainConfig& tc) {
   rc.n_step = tc.network.n_step;
   rc.gamma = tc.network.gamma;
   rc.prioritized = tc.prioritized;
-  rc.alpha = tc.alpha;
+  rc.alpha = tc.alpha.start;  // the constant the schedule's device value falls back to
   rc.priority_eps = tc.priority_eps;
   rc.seed = tc.seed ^ 0x5A3B1E5EEDull;
   return rc;
@@ -112,6 +112,7 @@ TrainLoop::TrainLoop(const TrainConfig& config)
   counters_ = decltype(counters_)("zs::loop::counters", 1);
   epsilon_ = decltype(epsilon_)("zs::loop::epsilon");
   beta_ = decltype(beta_)("zs::loop::beta");
+  alpha_ = decltype(alpha_)("zs::loop::alpha");
   greedy_ = decltype(greedy_)("zs::loop::greedy");  // ε = 0: zero-initialised
   report_values_ = decltype(report_values_)("zs::loop::report", r_size);
   eval_values_ = decltype(eval_values_)("zs::loop::eval", e_size);
@@ -123,8 +124,13 @@ TrainLoop::~TrainLoop() { trainer_->synchronize(); }
 
 void TrainLoop::enqueue_collect() {
   const auto& exec = trainer_->stream().exec();
-  kernels::advance_schedules<ExecSpace>(exec, counters_, epsilon_, beta_, ramp(config_.epsilon, config_.steps),
-                                        ramp(config_.beta, config_.steps), config_.envs);
+  const kernels::Schedules<ExecSpace> schedules{epsilon_,
+                                                beta_,
+                                                alpha_,
+                                                ramp(config_.epsilon, config_.steps),
+                                                ramp(config_.beta, config_.steps),
+                                                ramp(config_.alpha, config_.steps)};
+  kernels::advance_schedules<ExecSpace>(exec, counters_, schedules, config_.envs);
   actor_->act(trainer_->online(), env_->obs, epsilon_);
   kernels::copy_flat<ExecSpace, float>(
       exec, Kokkos::View<const float*, MemSpace>(env_->obs.data(), env_->obs.size()),
@@ -143,7 +149,7 @@ void TrainLoop::iterate() {
     run_recorded(sample_graph_, stream, [&] { replay_->sample(stream.exec(), trainer_->batch(), beta_); });
     trainer_->step();
     run_recorded(update_graph_, stream,
-                 [&] { replay_->update_priorities(stream.exec(), trainer_->loss().priorities); });
+                 [&] { replay_->update_priorities(stream.exec(), trainer_->loss().priorities, alpha_); });
     ++updates_;
   }
 }

@@ -93,7 +93,7 @@ class TrainLoop {
   std::unique_ptr<ParamBuffer> eval_params_;
   Kokkos::View<float**, Kokkos::LayoutRight, MemSpace> acted_obs_;  // obs the actions were chosen on
   Kokkos::View<std::int64_t*, MemSpace> counters_;                  // [iterations]
-  Kokkos::View<float, MemSpace> epsilon_, beta_, greedy_;
+  Kokkos::View<float, MemSpace> epsilon_, beta_, alpha_, greedy_;
   Kokkos::View<double*, MemSpace> report_values_, eval_values_;
   Mailbox report_box_, eval_box_;
   QMonitor qmon_;

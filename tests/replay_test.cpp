@@ -3,6 +3,8 @@
 // IS weights, priority updates (NaN, duplicates, stale entries), save/load and a graph replay.
 #include <gtest/gtest.h>
 
+#include <optional>
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -549,6 +551,49 @@ TEST(Replay, ExtremeAlphaKeepsLeavesPositiveAndTheTotalFinite) {
   EXPECT_EQ(tree[P + 2], 1.0);
   EXPECT_TRUE(std::isfinite(tree[1]));
   for (float w : zs::test::to_host(batch.weights)) EXPECT_TRUE(std::isfinite(w) && w >= 0.f && w <= 1.f) << w;
+}
+
+// An α schedule: update_priorities reads α from device memory; a value outside [0, 10] falls
+// back to the configured constant.
+TEST(Replay, AlphaFromDeviceMemoryMatchesTheSameConstantAlpha) {
+  const auto seed = zs::test::fresh_seed();
+  SCOPED_TRACE(seed);
+  const auto leaves_after_update = [&](float config_alpha, std::optional<float> device_alpha) {
+    zs::ReplayConfig rc;
+    rc.capacity = 40;
+    rc.n_step = 2;
+    rc.alpha = config_alpha;
+    zs::Stream stream;
+    zs::Replay replay(rc, 4, 3, 2);
+    Inputs in(4, 3, 2);
+    std::mt19937_64 rng(seed);
+    for (int t = 0; t < 9; ++t) {
+      in.set(random_step(rng, 4, 3, 2, 0.1, 0.05));
+      in.insert_into(replay, stream.exec());
+    }
+    zs::DeviceBatch batch(batch_config(3, 2), 16);
+    auto beta = device_beta(0.5f);
+    replay.sample(stream.exec(), batch, beta);
+    std::vector<float> p(16);
+    std::mt19937_64 prng(seed + 1);
+    for (auto& x : p) x = std::uniform_real_distribution<float>(0.01f, 5.f)(prng);
+    zs::DeviceFloats prio("prio", 16);
+    Inputs::put(prio, p);
+    if (device_alpha) {
+      zs::DeviceScalar<float> a("alpha");
+      Kokkos::deep_copy(a, *device_alpha);
+      replay.update_priorities(stream.exec(), prio, a);
+    } else {
+      replay.update_priorities(stream.exec(), prio);
+    }
+    stream.synchronize();
+    return zs::test::to_host(replay.sum_tree());
+  };
+  const auto constant = leaves_after_update(0.3f, std::nullopt);
+  EXPECT_TRUE(zs::test::same_bits(leaves_after_update(0.9f, 0.3f), constant));
+  EXPECT_FALSE(zs::test::same_bits(leaves_after_update(0.9f, 0.7f), constant));
+  EXPECT_TRUE(zs::test::same_bits(leaves_after_update(0.3f, NAN), constant));
+  EXPECT_TRUE(zs::test::same_bits(leaves_after_update(0.3f, 11.f), constant));
 }
 
 TEST(Replay, EmptyBufferGivesAZeroWeightBatch) {

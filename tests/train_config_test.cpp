@@ -76,6 +76,21 @@ TEST(TrainConfig, FilesThatAreMissingOrNotJsonAreRefused) {
   EXPECT_EQ(c.steps, 1000);
 }
 
+TEST(TrainConfig, AlphaIsANumberOrASchedule) {
+  const TrainConfig n = TrainConfig::from_json({{"replay", {{"alpha", 0.5}}}});
+  EXPECT_FLOAT_EQ(n.alpha.start, 0.5f);
+  EXPECT_FLOAT_EQ(n.alpha.end, 0.5f);
+  const TrainConfig s = TrainConfig::from_json({{"replay", {{"alpha", {{"start", 0.7}, {"end", 0.4}, {"steps", 900}}}}}});
+  EXPECT_FLOAT_EQ(s.alpha.start, 0.7f);
+  EXPECT_FLOAT_EQ(s.alpha.end, 0.4f);
+  EXPECT_EQ(s.alpha.steps, 900);
+  EXPECT_EQ(TrainConfig::from_json(s.to_json()).to_json(), s.to_json());
+  EXPECT_NE(error_of([] { TrainConfig::from_json({{"replay", {{"alpha", {{"end", 11}}}}}}); }).find("replay.alpha.end = 11"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { TrainConfig::from_json({{"replay", {{"alpha", {{"stop", 1}}}}}}); }).find("unknown key 'stop'"),
+            std::string::npos);
+}
+
 TEST(TrainConfig, LinearScheduleRampsThenHolds) {
   const zs::LinearSchedule s{1.f, 0.1f, 100};
   EXPECT_DOUBLE_EQ(s.at(0), 1.0);

@@ -24,21 +24,25 @@ auto host_copy(const View& v) {
 TEST(TrainLoopKernels, SchedulesFollowTheLinearRampPerIteration) {
   zs::Stream stream;
   Kokkos::View<std::int64_t*, zs::MemSpace> counters("c", 1);
-  Kokkos::View<float, zs::MemSpace> eps("eps"), beta("beta");
-  const zs::kernels::LinearRamp e{1.f, 0.05f, 1000}, b{0.4f, 1.f, 5000};
-  const zs::LinearSchedule he{1.f, 0.05f, 1000}, hb{0.4f, 1.f, 5000};
+  const zs::kernels::Schedules<zs::ExecSpace> s{Kokkos::View<float, zs::MemSpace>("eps"),
+                                                Kokkos::View<float, zs::MemSpace>("beta"),
+                                                Kokkos::View<float, zs::MemSpace>("alpha"),
+                                                {1.f, 0.05f, 1000},
+                                                {0.4f, 1.f, 5000},
+                                                {0.7f, 0.5f, 300}};
+  const zs::LinearSchedule he{1.f, 0.05f, 1000}, hb{0.4f, 1.f, 5000}, ha{0.7f, 0.5f, 300};
   const int envs = 7;
   for (int it = 0; it < 200; ++it) {
-    zs::kernels::advance_schedules<zs::ExecSpace>(stream.exec(), counters, eps, beta, e, b, envs);
+    zs::kernels::advance_schedules<zs::ExecSpace>(stream.exec(), counters, s, envs);
     stream.synchronize();
-    const double want_e = he.at(static_cast<std::int64_t>(it) * envs), want_b = hb.at(static_cast<std::int64_t>(it) * envs);
-    ASSERT_NEAR(host_copy(eps)(), want_e, 1e-6) << "iteration " << it;
-    ASSERT_NEAR(host_copy(beta)(), want_b, 1e-6) << "iteration " << it;
+    const std::int64_t steps = static_cast<std::int64_t>(it) * envs;
+    ASSERT_NEAR(host_copy(s.epsilon)(), he.at(steps), 1e-6) << "iteration " << it;
+    ASSERT_NEAR(host_copy(s.beta)(), hb.at(steps), 1e-6) << "iteration " << it;
+    ASSERT_NEAR(host_copy(s.alpha)(), ha.at(steps), 1e-6) << "iteration " << it;
   }
   EXPECT_EQ(host_copy(counters)(0), 200);
-  EXPECT_NE(zs::test::error_of([&] {
-              zs::kernels::advance_schedules<zs::ExecSpace>(stream.exec(), counters, eps, beta, e, b, 0);
-            }).find("envs = 0"),
+  EXPECT_NE(zs::test::error_of([&] { zs::kernels::advance_schedules<zs::ExecSpace>(stream.exec(), counters, s, 0); })
+                .find("envs = 0"),
             std::string::npos);
 }
 

@@ -226,6 +226,15 @@ struct ReplayUpdatePriorities {
   ReplaySampled<Exec> in;
   Kokkos::View<const float*, Mem> priorities;
   double alpha = 0.6, eps = 1e-6;
+  // When set, α is read here on the device at every update (a schedule); a value outside
+  // [0, 10] (or NaN) falls back to `alpha`.
+  Kokkos::View<const float, Mem> alpha_now;
+
+  KOKKOS_INLINE_FUNCTION double exponent() const {
+    if (alpha_now.data() == nullptr) return alpha;
+    const double a = alpha_now();
+    return a >= 0.0 && a <= 10.0 ? a : alpha;
+  }
 
   KOKKOS_INLINE_FUNCTION bool wins(const int i) const {
     const int B = static_cast<int>(in.idx.extent(0));
@@ -241,6 +250,7 @@ struct ReplayUpdatePriorities {
 
   KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
     const int B = static_cast<int>(in.idx.extent(0));
+    const double a = exponent();
     double top = 0;
     Kokkos::parallel_reduce(
         Kokkos::TeamThreadRange(team, B),
@@ -248,7 +258,7 @@ struct ReplayUpdatePriorities {
           if (!wins(i)) return;
           // Clamped so a live leaf is never 0 (0 means "not sampleable") and 2^28 leaves cannot
           // overflow the total, whatever α ≤ 10 does to a tiny eps or a huge |p|.
-          const double raw = ::pow(::fabs(static_cast<double>(priorities(i))) + eps, alpha);
+          const double raw = ::pow(::fabs(static_cast<double>(priorities(i))) + eps, a);
           const double v = ::fmin(::fmax(raw, 1e-300), 1e290);
           st.tree(st.leaves + in.idx(i)) = v;
           if (v > mx) mx = v;

@@ -21,32 +21,37 @@ struct LinearRamp {
   }
 };
 
+// The loop's schedules, each a device scalar that acting (ε) and replay (β, α) read.
+template <class Exec>
+struct Schedules {
+  Kokkos::View<float, typename Exec::memory_space> epsilon, beta, alpha;
+  LinearRamp eps_ramp, beta_ramp, alpha_ramp;
+};
+
 // counters(0) counts loop iterations (one step of every env); the schedules are evaluated at
 // the iteration about to run, then the counter moves on.
 template <class Exec>
 struct AdvanceSchedules {
   Kokkos::View<std::int64_t*, typename Exec::memory_space> counters;
-  Kokkos::View<float, typename Exec::memory_space> epsilon, beta;
-  LinearRamp eps_ramp, beta_ramp;
+  Schedules<Exec> s;
   std::int64_t envs;
   KOKKOS_INLINE_FUNCTION void operator()(const int) const {
     const std::int64_t env_steps = counters(0) * envs;
-    epsilon() = eps_ramp.at(env_steps);
-    beta() = beta_ramp.at(env_steps);
+    s.epsilon() = s.eps_ramp.at(env_steps);
+    s.beta() = s.beta_ramp.at(env_steps);
+    s.alpha() = s.alpha_ramp.at(env_steps);
     counters(0) += 1;
   }
 };
 
 template <class Exec>
 void advance_schedules(const Exec& exec, const Kokkos::View<std::int64_t*, typename Exec::memory_space>& counters,
-                       const Kokkos::View<float, typename Exec::memory_space>& epsilon,
-                       const Kokkos::View<float, typename Exec::memory_space>& beta, const LinearRamp& eps_ramp,
-                       const LinearRamp& beta_ramp, std::int64_t envs) {
+                       const Schedules<Exec>& s, std::int64_t envs) {
   require(counters.extent(0) >= 1, "advance_schedules: counters has ", counters.extent(0),
           " slots; expected at least 1");
   require(envs >= 1, "advance_schedules: envs = ", envs, "; expected >= 1");
   Kokkos::parallel_for("zs::advance_schedules", Kokkos::RangePolicy<Exec>(exec, 0, 1),
-                       AdvanceSchedules<Exec>{counters, epsilon, beta, eps_ramp, beta_ramp, envs});
+                       AdvanceSchedules<Exec>{counters, s, envs});
 }
 
 // q[n][a] = Σ_j exp(logp[n][a][j])·z_j with z_j = v_min + j·Δz: the C51 head's expected return.
