@@ -3,6 +3,7 @@
 // vectors, lr) plus the config and step count in the metadata.
 #include <nlohmann/json.hpp>
 
+#include "host_copy.hpp"
 #include "safetensors.hpp"
 #include "trainer.hpp"
 
@@ -10,20 +11,6 @@ namespace zs {
 
 namespace {
 constexpr const char* kFormat = "zerosync-checkpoint-1";
-
-template <class T, class View>
-std::vector<T> download(const View& v) {
-  auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), v);
-  return std::vector<T>(h.data(), h.data() + h.size());
-}
-
-template <class View, class T>
-void upload_all(const View& v, const std::vector<T>& data) {
-  auto h = Kokkos::create_mirror_view(v);
-  require(h.size() == data.size(), "checkpoint: ", data.size(), " values for a buffer of ", h.size());
-  std::copy(data.begin(), data.end(), h.data());
-  Kokkos::deep_copy(v, h);
-}
 
 std::vector<std::int64_t> shape_of(const TensorDesc& t) { return {t.shape.begin(), t.shape.end()}; }
 }  // namespace
@@ -95,11 +82,11 @@ void Trainer::load(const std::string& path) {
 
   stream_.synchronize();
   for (const auto& p : tensors) write_tensor(*p.buf, p.name, p.data);
-  upload_all(adam_state_, adam);
-  upload_all(guard_.device_state(), gs);
-  upload_all(guard_.device_step(), gstep);
-  upload_all(lr_, lr);
-  if (spectral_) upload_all(spectral_->device_vectors(), uv);
+  upload(adam_state_, adam);
+  upload(guard_.device_state(), gs);
+  upload(guard_.device_step(), gstep);
+  upload(lr_, lr);
+  if (spectral_) upload(spectral_->device_vectors(), uv);
   if (iqn_) Kokkos::deep_copy(iqn_->counter(), static_cast<std::uint64_t>(iqn_counter[0]));
   Kokkos::fence();
   steps_ = steps[0];

@@ -4,22 +4,11 @@
 #include <algorithm>
 #include <cstring>
 
+#include "host_copy.hpp"
+
 namespace zs {
 
 namespace {
-
-template <class T, class View>
-std::vector<T> download(const View& v) {
-  auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), v);
-  return std::vector<T>(h.data(), h.data() + h.size());
-}
-
-template <class View, class T>
-void upload(const View& v, const std::vector<T>& data) {
-  auto h = Kokkos::create_mirror_view(v);
-  std::copy(data.begin(), data.end(), h.data());
-  Kokkos::deep_copy(v, h);
-}
 
 std::int64_t as_i64(std::uint64_t u) {
   std::int64_t i;

@@ -3,6 +3,8 @@
 #include <cmath>
 #include <vector>
 
+#include "host_copy.hpp"
+
 namespace zs {
 
 namespace {
@@ -10,17 +12,6 @@ namespace {
 constexpr int kMaxCapacity = 1 << 28;  // keeps the tree (2·P doubles) ≤ 4 GiB and indices exact
 constexpr int kMaxNStep = 64;
 
-template <class V>
-std::vector<typename V::non_const_value_type> flat(const V& v) {
-  auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), v);
-  return std::vector<typename V::non_const_value_type>(h.data(), h.data() + h.size());
-}
-template <class V>
-void fill(const V& v, const std::vector<typename V::non_const_value_type>& data) {
-  auto h = Kokkos::create_mirror_view(v);
-  for (std::size_t i = 0; i < data.size(); ++i) h.data()[i] = data[i];
-  Kokkos::deep_copy(v, h);
-}
 template <class T>
 T scalar(const Kokkos::View<T, MemSpace>& v) {
   T h{};
@@ -157,21 +148,21 @@ void Replay::save_state(safetensors::File& f, const std::string& p) const {
   const std::int64_t C = capacity(), S = obs_dim_, K = branches_, T = rows_, L = st_.leaves;
   f.tensors[p + "shape"] = Tensor::from<std::int64_t>(
       {7}, {C, T, n_envs_, S, K, rc_.n_step, rc_.prioritized ? 1 : 0});
-  f.tensors[p + "obs"] = Tensor::from<float>({C, S}, flat(st_.obs));
-  f.tensors[p + "next_obs"] = Tensor::from<float>({C, S}, flat(st_.next_obs));
-  f.tensors[p + "actions"] = Tensor::from<std::int32_t>({C, K}, flat(st_.actions));
-  f.tensors[p + "reward"] = Tensor::from<float>({C}, flat(st_.reward));
-  f.tensors[p + "flags"] = Tensor::from<std::uint8_t>({C}, flat(st_.flags));
-  f.tensors[p + "row_step"] = Tensor::from<std::int64_t>({T}, flat(st_.row_step));
-  const auto tree = flat(st_.tree);
+  f.tensors[p + "obs"] = Tensor::from<float>({C, S}, download(st_.obs));
+  f.tensors[p + "next_obs"] = Tensor::from<float>({C, S}, download(st_.next_obs));
+  f.tensors[p + "actions"] = Tensor::from<std::int32_t>({C, K}, download(st_.actions));
+  f.tensors[p + "reward"] = Tensor::from<float>({C}, download(st_.reward));
+  f.tensors[p + "flags"] = Tensor::from<std::uint8_t>({C}, download(st_.flags));
+  f.tensors[p + "row_step"] = Tensor::from<std::int64_t>({T}, download(st_.row_step));
+  const auto tree = download(st_.tree);
   f.tensors[p + "priorities"] = Tensor::from<double>({C}, std::vector<double>(tree.begin() + L, tree.begin() + L + C));
   f.tensors[p + "counters"] = Tensor::from<std::int64_t>(
       {4}, {scalar(st_.steps), scalar(st_.count), static_cast<std::int64_t>(scalar(st_.sample_calls)),
             static_cast<std::int64_t>(scalar(st_.seed))});
   f.tensors[p + "max_priority"] = Tensor::from<double>({}, {scalar(st_.max_priority)});
   const std::int64_t B = sampled_.idx.extent(0);
-  f.tensors[p + "sampled"] = Tensor::from<std::int64_t>({B}, flat(sampled_.idx));
-  f.tensors[p + "sampled_stamp"] = Tensor::from<std::int64_t>({B}, flat(sampled_.stamp));
+  f.tensors[p + "sampled"] = Tensor::from<std::int64_t>({B}, download(sampled_.idx));
+  f.tensors[p + "sampled_stamp"] = Tensor::from<std::int64_t>({B}, download(sampled_.stamp));
 }
 
 void Replay::load_state(const safetensors::File& f, const std::string& p) {
@@ -213,13 +204,13 @@ void Replay::load_state(const safetensors::File& f, const std::string& p) {
   for (std::int64_t j = 0; j < C; ++j) tree[L + j] = prio[j];
   kernels::sum_tree_rebuild_host(tree, L);
   Kokkos::fence();
-  fill(st_.obs, obs);
-  fill(st_.next_obs, next_obs);
-  fill(st_.actions, actions);
-  fill(st_.reward, reward);
-  fill(st_.flags, flags);
-  fill(st_.row_step, row_step);
-  fill(st_.tree, tree);
+  upload(st_.obs, obs);
+  upload(st_.next_obs, next_obs);
+  upload(st_.actions, actions);
+  upload(st_.reward, reward);
+  upload(st_.flags, flags);
+  upload(st_.row_step, row_step);
+  upload(st_.tree, tree);
   Kokkos::deep_copy(st_.steps, counters[0]);
   Kokkos::deep_copy(st_.count, counters[1]);
   Kokkos::deep_copy(st_.sample_calls, static_cast<std::uint64_t>(counters[2]));
@@ -232,8 +223,8 @@ void Replay::load_state(const safetensors::File& f, const std::string& p) {
       sampled_.next_idx = decltype(sampled_.next_idx)("zs::replay::sampled_next", B);
       sampled_.log_w = decltype(sampled_.log_w)("zs::replay::sampled_log_w", B);
     }
-    fill(sampled_.idx, sampled);
-    fill(sampled_.stamp, stamp);
+    upload(sampled_.idx, sampled);
+    upload(sampled_.stamp, stamp);
   }
   Kokkos::fence();
 }

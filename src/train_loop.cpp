@@ -3,6 +3,7 @@
 #include <filesystem>
 
 #include "kernels/train_loop.hpp"
+#include "host_copy.hpp"
 #include "safetensors.hpp"
 
 namespace zs {
@@ -67,22 +68,6 @@ void run_recorded(Graph& g, Stream& stream, const std::function<void()>& body) {
   }
   body();
   g.capture(stream, body);
-}
-
-template <class View>
-std::vector<std::int64_t> download_i64(const View& v) {
-  auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), v);
-  std::vector<std::int64_t> out(h.size());
-  for (std::size_t i = 0; i < h.size(); ++i) out[i] = static_cast<std::int64_t>(h.data()[i]);
-  return out;
-}
-
-template <class View>
-void upload_i64(const View& v, const std::vector<std::int64_t>& data) {
-  auto h = Kokkos::create_mirror_view(v);
-  require(h.size() == data.size(), "train checkpoint: ", data.size(), " values for a buffer of ", h.size());
-  for (std::size_t i = 0; i < h.size(); ++i) h.data()[i] = static_cast<typename View::non_const_value_type>(data[i]);
-  Kokkos::deep_copy(v, h);
 }
 
 nlohmann::json without_steps(const TrainConfig& c) {
@@ -244,12 +229,12 @@ void TrainLoop::save(const std::string& dir) const {
   f.metadata["format"] = kLoopFormat;
   f.metadata["config"] = without_steps(config_).dump();
   f.metadata["env_steps"] = std::to_string(env_steps());
-  f.tensors["loop.counters"] = safetensors::Tensor::from<std::int64_t>({1}, download_i64(counters_));
+  f.tensors["loop.counters"] = safetensors::Tensor::from<std::int64_t>({1}, download<std::int64_t>(counters_));
   f.tensors["loop.host"] = safetensors::Tensor::from<std::int64_t>(
       {4}, {iterations_, updates_, eval_rounds_, trainer_->steps_enqueued()});
-  f.tensors["actor.counter"] = safetensors::Tensor::from<std::int64_t>({1}, download_i64(actor_->counter()));
+  f.tensors["actor.counter"] = safetensors::Tensor::from<std::int64_t>({1}, download<std::int64_t>(actor_->counter()));
   f.tensors["eval_actor.counter"] =
-      safetensors::Tensor::from<std::int64_t>({1}, download_i64(eval_actor_->counter()));
+      safetensors::Tensor::from<std::int64_t>({1}, download<std::int64_t>(eval_actor_->counter()));
   env_->save_state(f, "env.");
   eval_env_->save_state(f, "eval_env.");
   replay_->save_state(f, "replay.");
@@ -283,9 +268,9 @@ void TrainLoop::load(const std::string& dir) {
   require(host[3] == trainer_->steps_enqueued(), "train checkpoint '", dir, "': loop.safetensors is at training step ",
           host[3], " but trainer.safetensors at ", trainer_->steps_enqueued(),
           "; expected the same (the two files come from different saves)");
-  upload_i64(counters_, f.i64("loop.counters", {1}));
-  upload_i64(actor_->counter(), f.i64("actor.counter", {1}));
-  upload_i64(eval_actor_->counter(), f.i64("eval_actor.counter", {1}));
+  upload(counters_, f.i64("loop.counters", {1}));
+  upload(actor_->counter(), f.i64("actor.counter", {1}));
+  upload(eval_actor_->counter(), f.i64("eval_actor.counter", {1}));
   env_->load_state(f, "env.");
   eval_env_->load_state(f, "eval_env.");
   replay_->load_state(f, "replay.");

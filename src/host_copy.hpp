@@ -1,0 +1,34 @@
+// Blocking copies between a device View and a std::vector (element-wise static_cast), for
+// checkpoints, tools and tests' set-up — never inside a step.
+#pragma once
+#include <vector>
+
+#include "backends/backend.hpp"
+#include "error.hpp"
+
+namespace zs {
+
+template <class T, class View>
+std::vector<T> download(const View& v) {
+  auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), v);
+  std::vector<T> out(h.size());
+  for (std::size_t i = 0; i < out.size(); ++i) out[i] = static_cast<T>(h.data()[i]);
+  return out;
+}
+
+// The elements in the View's own type.
+template <class View>
+std::vector<typename View::non_const_value_type> download(const View& v) {
+  return download<typename View::non_const_value_type>(v);
+}
+
+template <class View, class T>
+void upload(const View& v, const std::vector<T>& data) {
+  auto h = Kokkos::create_mirror_view(v);
+  require(h.size() == data.size(), "upload: ", data.size(), " values for a buffer of ", h.size());
+  for (std::size_t i = 0; i < data.size(); ++i)
+    h.data()[i] = static_cast<typename View::non_const_value_type>(data[i]);
+  Kokkos::deep_copy(v, h);
+}
+
+}  // namespace zs
