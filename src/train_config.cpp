@@ -8,12 +8,6 @@
 
 namespace zs {
 
-double LinearSchedule::at(std::int64_t env_steps) const {
-  if (steps <= 0 || env_steps >= steps) return end;
-  const double f = static_cast<double>(env_steps) / static_cast<double>(steps);
-  return start + f * (static_cast<double>(end) - start);
-}
-
 namespace {
 
 using json = nlohmann::json;

@@ -13,12 +13,11 @@
 namespace zs {
 
 // A value that moves linearly from `start` to `end` over the first `steps` environment steps and
-// then stays at `end` (steps = 0: `end` from the start).
+// then stays at `end`. Evaluated on the device (kernels::LinearRamp in kernels/train_loop.hpp).
 struct LinearSchedule {
   float start = 1.f;
   float end = 0.f;
   std::int64_t steps = 0;
-  double at(std::int64_t env_steps) const;
 };
 
 struct TrainConfig {

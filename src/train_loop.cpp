@@ -59,17 +59,6 @@ kernels::LinearRamp ramp(const LinearSchedule& s, std::int64_t whole_run) {
   return {s.start, s.end, s.steps > 0 ? s.steps : whole_run};
 }
 
-// Runs `body` directly the first time (Kokkos and cuBLAS size their scratch outside capture),
-// records it then, and replays it every later time.
-void run_recorded(Graph& g, Stream& stream, const std::function<void()>& body) {
-  if (g.captured()) {
-    g.replay(stream);
-    return;
-  }
-  body();
-  g.capture(stream, body);
-}
-
 nlohmann::json without_steps(const TrainConfig& c) {
   auto j = c.to_json();
   j.erase("steps");  // a resumed run may be given a longer budget
@@ -127,14 +116,15 @@ void TrainLoop::enqueue_collect() {
 
 void TrainLoop::iterate() {
   Stream& stream = trainer_->stream();
-  run_recorded(collect_graph_, stream, [&] { enqueue_collect(); });
+  collect_graph_.run(stream, [this] { enqueue_collect(); });
   ++iterations_;
   if (env_steps() < config_.learning_starts || iterations_ % config_.train_every != 0) return;
   for (int u = 0; u < config_.updates; ++u) {
-    run_recorded(sample_graph_, stream, [&] { replay_->sample(stream.exec(), trainer_->batch(), beta_); });
+    sample_graph_.run(stream, [this] { replay_->sample(trainer_->stream().exec(), trainer_->batch(), beta_); });
     trainer_->step();
-    run_recorded(update_graph_, stream,
-                 [&] { replay_->update_priorities(stream.exec(), trainer_->loss().priorities, alpha_); });
+    update_graph_.run(stream, [this] {
+      replay_->update_priorities(trainer_->stream().exec(), trainer_->loss().priorities, alpha_);
+    });
     ++updates_;
   }
 }
@@ -158,7 +148,7 @@ void TrainLoop::enqueue_eval() {
   kernels::copy_flat<ExecSpace, float>(exec, trainer_->online().flat(), eval_params_->flat());
   eval_env_->reset(exec);
   for (int t = 0; t < eval_env_->max_episode_steps(); ++t)
-    run_recorded(eval_graph_, stream, [&] { enqueue_eval_step(); });
+    eval_graph_.run(stream, [this] { enqueue_eval_step(); });
   Kokkos::parallel_for("zs::loop::eval_header", Kokkos::RangePolicy<ExecSpace>(exec, 0, 1),
                        SetTwo<ExecSpace>{eval_values_, static_cast<double>(eval_rounds_),
                                          static_cast<double>(env_steps())});

@@ -213,13 +213,8 @@ void Trainer::step_direct() {
 
 void Trainer::step() {
   if (!options_.use_graph) return step_direct();
-  if (!graph_) {
-    step_direct();
-    graph_ = std::make_unique<Graph>();
-    graph_->capture(stream_, [this] { enqueue_step(); });
-    return;
-  }
-  graph_->replay(stream_);
+  if (!graph_) graph_ = std::make_unique<Graph>();
+  graph_->run(stream_, [this] { enqueue_step(); });
   ++steps_;
 }
 

@@ -5,6 +5,7 @@
 #include <fstream>
 
 #include "test_util.hpp"
+#include "kernels/train_loop.hpp"
 #include "train_config.hpp"
 
 namespace {
@@ -92,12 +93,12 @@ TEST(TrainConfig, AlphaIsANumberOrASchedule) {
 }
 
 TEST(TrainConfig, LinearScheduleRampsThenHolds) {
-  const zs::LinearSchedule s{1.f, 0.1f, 100};
+  const zs::kernels::LinearRamp s{1.f, 0.1f, 100};
   EXPECT_DOUBLE_EQ(s.at(0), 1.0);
   EXPECT_NEAR(s.at(50), 0.55, 1e-7);
   EXPECT_NEAR(s.at(100), 0.1, 1e-7);
   EXPECT_NEAR(s.at(1000), 0.1, 1e-7);
-  EXPECT_NEAR((zs::LinearSchedule{0.3f, 0.7f, 0}.at(0)), 0.7, 1e-7);
+  EXPECT_NEAR((zs::kernels::LinearRamp{0.3f, 0.7f, 0}.at(0)), 0.7, 1e-7);
 }
 
 }  // namespace

@@ -21,6 +21,14 @@ class Graph {
   void capture(Stream& stream, const std::function<void()>& body);
   // Enqueues one replay on `stream`; returns without waiting.
   void replay(Stream& stream);
+  // The usual way to use a graph: the first call runs `body` directly (Kokkos and cuBLAS size
+  // their scratch on first use, and an allocation inside capture would fail it) and then
+  // records it; every later call replays the recording.
+  void run(Stream& stream, const std::function<void()>& body) {
+    if (captured()) return replay(stream);
+    body();
+    capture(stream, body);
+  }
   bool captured() const;
   // Nodes in the captured graph (0 on the host, which records no nodes).
   std::size_t node_count() const;
