@@ -106,17 +106,19 @@ struct EnsembleSpread {
         continue;
       }
       const int g = table.cum(k) + taken;
-      float s1 = 0.f, s2 = 0.f;
+      // Welford in double: the heads' Q values nearly agree, and E[q²] − E[q]² in float would
+      // cancel away most of their spread.
+      double mean = 0.0, m2 = 0.0;
       for (int e = -1; e < E; ++e) {
-        float q = 0.f;
+        double q = 0.0;
         for (int j = 0; j < atoms; ++j)
-          q += ::expf(e < 0 ? main_logp(i, g, j) : logp(e, i, g, j)) * (v_min + static_cast<float>(j) * delta);
-        s1 += q;
-        s2 += q * q;
+          q += ::exp(static_cast<double>(e < 0 ? main_logp(i, g, j) : logp(e, i, g, j))) *
+               (v_min + static_cast<double>(j) * delta);
+        const double d = q - mean;
+        mean += d / static_cast<double>(e + 2);
+        m2 += d * (q - mean);
       }
-      const float m = s1 / static_cast<float>(E + 1);
-      const float var = s2 / static_cast<float>(E + 1) - m * m;
-      total += ::sqrtf(var > 0.f ? var : 0.f);
+      total += static_cast<float>(::sqrt(m2 / static_cast<double>(E + 1)));
     }
     spread(i) = total / static_cast<float>(K);
     sum += spread(i) / static_cast<float>(B);
