@@ -51,6 +51,11 @@ Trainer::Trainer(const Config& config, const TrainerOptions& options)
   if (config_.cql.on) cql_ = std::make_unique<CqlRegulariser>(config_, layout_, options.batch_size);
   if (config_.spectral_norm > 0.f)
     spectral_ = std::make_unique<SpectralNorm>(layout_, config_.spectral_norm, config_.seed ^ 0x5eed5eedull);
+  forward_plan_ = std::make_unique<ForwardPlan>(
+      net_, std::vector<ForwardPass>{{&online_, batch_.states(), &acts_online_, 0},
+                                     {&online_, batch_.next_states(), &acts_online_, options.batch_size},
+                                     {&target_, batch_.next_states(), &acts_target_, 0}});
+  backward_plan_ = std::make_unique<BackwardPlan>(net_, online_, batch_.states(), acts_online_, grads_, grad_);
   init_params(config_.seed);
 }
 
@@ -108,14 +113,13 @@ void Trainer::enqueue_phase(Phase phase) {
       if (spectral_) spectral_->apply(exec, online_.flat());
       break;
     case Phase::forward:
-      net_.forward(exec, gemm_, online_, batch_.all_states(), acts_online_);
-      net_.forward(exec, gemm_, target_, batch_.next_states(), acts_target_);
+      forward_plan_->enqueue(exec, gemm_);
       break;
     case Phase::loss:
       c51_loss(exec, net_, acts_online_, acts_target_, batch_, loss_, grads_);
       break;
     case Phase::backward:
-      net_.backward(exec, gemm_, online_, batch_.states(), acts_online_, grads_, grad_);
+      backward_plan_->enqueue(exec, gemm_);
       break;
     case Phase::auxiliary:
       if (iqn_) iqn_->enqueue(exec, gemm_, net_, online_, target_, acts_online_, acts_target_, batch_, loss_);

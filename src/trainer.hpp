@@ -19,6 +19,7 @@
 #include "iqn.hpp"
 #include "mailbox.hpp"
 #include "network.hpp"
+#include "network_plan.hpp"
 #include "spectral_norm.hpp"
 
 namespace zs {
@@ -150,6 +151,9 @@ class Trainer {
   DeviceScalar<float> unit_scale_;  // Adam's clip scale once the budgets have been applied
   Kokkos::View<double*, MemSpace> budget_record_;
   Mailbox aux_mailbox_;
+  // The main network's forward (online on s and s′, target on s′) and backward, batched.
+  std::unique_ptr<ForwardPlan> forward_plan_;
+  std::unique_ptr<BackwardPlan> backward_plan_;
   std::unique_ptr<Graph> graph_;
   std::int64_t steps_ = 0;
 };

@@ -206,15 +206,22 @@ TEST(TrainLoop, CheckpointFromAnotherConfigIsRefused) {
 }
 
 TEST(TrainLoop, ShortCartpoleRunClearlyImprovesTheGreedyReturn) {
-  const auto seed = fresh_seed();
-  SCOPED_TRACE(seed);
-  zs::TrainConfig c = small_cartpole(seed);
-  c.eval_episodes = 20;
-  zs::TrainLoop loop(c);
-  loop.enqueue_eval();  // the untrained network
-  loop.synchronize();
-  const auto before = loop.poll_eval();
-  ASSERT_TRUE(before.has_value());
+  // A random network's greedy policy usually drops the pole within a few dozen steps, but now
+  // and then one balances for a hundred or more; such a draw cannot show learning, so redraw.
+  std::unique_ptr<zs::TrainLoop> owner;
+  std::optional<zs::EvalResult> before;
+  for (int draw = 0; draw < 8 && (!before || before->mean >= 60); ++draw) {
+    const auto seed = fresh_seed();
+    zs::TrainConfig c = small_cartpole(seed);
+    c.eval_episodes = 20;
+    owner = std::make_unique<zs::TrainLoop>(c);
+    owner->enqueue_eval();  // the untrained network
+    owner->synchronize();
+    before = owner->poll_eval();
+    ASSERT_TRUE(before.has_value());
+    std::printf("seed %llu: untrained greedy return %.1f\n", static_cast<unsigned long long>(seed), before->mean);
+  }
+  zs::TrainLoop& loop = *owner;
   double best = before->mean;
   // Evaluate every 2,000 env steps; stop as soon as the agent is clearly better.
   for (int round = 0; round < 10 && best < 150; ++round) {

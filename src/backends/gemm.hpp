@@ -2,7 +2,9 @@
 // cores (FP32 in/out, FP32 accumulate) or exact FP32 for parity checks. Host: Kokkos Kernels
 // GEMM with OpenBLAS underneath. Matrices are row-major (LayoutRight), like the parameters.
 #pragma once
+#include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "backends/stream.hpp"
 #include "config.hpp"
@@ -13,6 +15,32 @@ enum class Trans { N, T };
 
 using GemmIn = Kokkos::View<const float**, Kokkos::LayoutRight, MemSpace, Kokkos::MemoryUnmanaged>;
 using GemmOut = Kokkos::View<float**, Kokkos::LayoutRight, MemSpace, Kokkos::MemoryUnmanaged>;
+
+// One product of a GemmBatch: C = alpha·op(A)·op(B) + beta·C on contiguous row-major matrices.
+struct GemmEntry {
+  const float* a = nullptr;
+  const float* b = nullptr;
+  float* c = nullptr;
+};
+
+// Many products of one shape in one launch (cuBLAS batched GEMM): the step's dense layers of
+// several passes and heads, each as one graph node instead of one per matrix. The pointer
+// tables go to the device once, here, so running the batch allocates and copies nothing.
+class GemmBatch {
+ public:
+  // op(A) is [m, k], op(B) is [k, n], C is [m, n], for every entry. Throws zs::Error on an empty
+  // batch, a non-positive extent or a null pointer.
+  GemmBatch(Trans ta, Trans tb, int m, int n, int k, float alpha, float beta, std::vector<GemmEntry> entries);
+  GemmBatch() = default;
+
+  Trans ta = Trans::N, tb = Trans::N;
+  int m = 0, n = 0, k = 0;
+  float alpha = 1.f, beta = 0.f;
+  std::vector<GemmEntry> entries;
+  // Device copies of the a, b and c pointers, one table each (for cuBLAS' pointer-array API).
+  Kokkos::View<std::uintptr_t*, MemSpace> a_table, b_table, c_table;
+  int count() const { return static_cast<int>(entries.size()); }
+};
 
 class Gemm {
  public:
@@ -25,6 +53,9 @@ class Gemm {
   // Shapes are checked: op(A) is [m, k], op(B) is [k, n], C is [m, n].
   void operator()(Trans ta, Trans tb, float alpha, const GemmIn& a, const GemmIn& b, float beta,
                   const GemmOut& c) const;
+
+  // Every product of `batch`, enqueued as one launch on CUDA and as a loop on the host.
+  void operator()(const GemmBatch& batch) const;
 
   Precision precision() const { return precision_; }
   void set_precision(Precision p) { precision_ = p; }

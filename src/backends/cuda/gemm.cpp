@@ -50,4 +50,17 @@ void Gemm::operator()(Trans ta, Trans tb, float alpha, const GemmIn& a, const Ge
                                CUBLAS_GEMM_DEFAULT));
 }
 
+void Gemm::operator()(const GemmBatch& g) const {
+  // Stored widths of the row-major operands: A is [m, k] or, transposed, [k, m]; B likewise.
+  const int lda = g.ta == Trans::N ? g.k : g.m, ldb = g.tb == Trans::N ? g.n : g.k;
+  const cublasOperation_t opa = g.ta == Trans::N ? CUBLAS_OP_N : CUBLAS_OP_T;
+  const cublasOperation_t opb = g.tb == Trans::N ? CUBLAS_OP_N : CUBLAS_OP_T;
+  const cublasComputeType_t compute =
+      precision_ == Precision::tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+  ZS_CUBLAS_CHECK(cublasGemmBatchedEx(
+      impl_->handle, opb, opa, g.n, g.m, g.k, &g.alpha, reinterpret_cast<const void* const*>(g.b_table.data()),
+      CUDA_R_32F, ldb, reinterpret_cast<const void* const*>(g.a_table.data()), CUDA_R_32F, lda, &g.beta,
+      reinterpret_cast<void* const*>(g.c_table.data()), CUDA_R_32F, g.n, g.count(), compute, CUBLAS_GEMM_DEFAULT));
+}
+
 }  // namespace zs

@@ -26,4 +26,11 @@ void Gemm::operator()(Trans ta, Trans tb, float alpha, const GemmIn& a, const Ge
   KokkosBlas::gemm(ta == Trans::N ? "N" : "T", tb == Trans::N ? "N" : "T", alpha, a, b, beta, c);
 }
 
+void Gemm::operator()(const GemmBatch& g) const {
+  const int ar = g.ta == Trans::N ? g.m : g.k, ac = g.ta == Trans::N ? g.k : g.m;
+  const int br = g.tb == Trans::N ? g.k : g.n, bc = g.tb == Trans::N ? g.n : g.k;
+  for (const GemmEntry& e : g.entries)
+    (*this)(g.ta, g.tb, g.alpha, GemmIn(e.a, ar, ac), GemmIn(e.b, br, bc), g.beta, GemmOut(e.c, g.m, g.n));
+}
+
 }  // namespace zs

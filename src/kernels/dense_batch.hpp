@@ -1,0 +1,163 @@
+// The elementwise and column-wise pieces around batched dense layers (network_plan.hpp): bias +
+// ReLU over many output matrices in one launch, and the bias gradients (column sums) of many
+// gradient matrices in one launch, optionally summing partial gradients and applying the ReLU
+// mask on the way. One launch instead of one per matrix is what takes nodes out of the graph.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "backends/backend.hpp"
+#include "error.hpp"
+
+namespace zs::kernels {
+
+// y [rows, cols] += b, then ReLU when relu != 0. Every entry of a batch has the same rows.
+struct BiasActEntry {
+  float* y = nullptr;
+  const float* b = nullptr;
+  int cols = 0;
+  int relu = 0;
+};
+
+template <class Exec>
+struct BiasActBatch {
+  Kokkos::View<const BiasActEntry*, typename Exec::memory_space> entries;
+  int rows = 0;
+  KOKKOS_INLINE_FUNCTION void operator()(const int e, const int r, const int c) const {
+    const BiasActEntry& x = entries(e);
+    if (c >= x.cols) return;  // entries narrower than the widest one
+    float& y = x.y[static_cast<std::size_t>(r) * x.cols + c];
+    const float v = y + x.b[c];
+    y = (x.relu && v < 0.f) ? 0.f : v;  // NaN stays NaN: the guard must see it in the loss
+  }
+};
+
+// A prepared launch of BiasActBatch: its table goes to the device once, at construction.
+template <class Exec>
+class BiasActLaunch {
+ public:
+  BiasActLaunch() = default;
+  BiasActLaunch(const std::vector<BiasActEntry>& entries, int rows) : rows_(rows) {
+    require(!entries.empty() && rows >= 1, "BiasActLaunch: ", entries.size(), " entries of ", rows,
+            " rows; expected at least one entry of at least one row");
+    table_ = Kokkos::View<BiasActEntry*, typename Exec::memory_space>(std::string("zs::bias_act_batch"), entries.size());
+    auto h = Kokkos::create_mirror_view(table_);
+    for (std::size_t i = 0; i < entries.size(); ++i) {
+      require(entries[i].y && entries[i].b && entries[i].cols >= 1, "BiasActLaunch: entry ", i,
+              " has a null matrix or bias, or ", entries[i].cols, " columns; expected both and >= 1 column");
+      h(i) = entries[i];
+      if (entries[i].cols > max_cols_) max_cols_ = entries[i].cols;
+    }
+    Kokkos::deep_copy(table_, h);
+  }
+  void operator()(const Exec& exec) const {
+    using Policy = Kokkos::MDRangePolicy<Exec, Kokkos::Rank<3>>;
+    Kokkos::parallel_for("zs::bias_act_batch",
+                         Policy(exec, {0, 0, 0}, {static_cast<std::int64_t>(table_.extent(0)), rows_, max_cols_}),
+                         BiasActBatch<Exec>{table_, rows_});
+  }
+
+ private:
+  Kokkos::View<BiasActEntry*, typename Exec::memory_space> table_;
+  int rows_ = 0, max_cols_ = 0;
+};
+
+// db[c] = Σ_r g[r, c] where g = Σ_p parts[p][r, c] (parts `part_stride` floats apart), zeroed
+// where act[r, c] <= 0 when act is given (the ReLU mask; a NaN activation keeps its gradient),
+// and written to dz when dz is given (dz may be parts[0]: each element is read before written).
+struct ColumnSumEntry {
+  const float* parts = nullptr;
+  std::int64_t part_stride = 0;
+  int n_parts = 1;
+  const float* act = nullptr;
+  float* dz = nullptr;
+  float* db = nullptr;
+  int cols = 0;
+};
+
+// Columns per team: a warp's worth, so the lanes read consecutive floats of a row.
+inline constexpr int kColumnChunk = 32;
+
+struct ColumnChunk {
+  int entry = 0, col0 = 0;
+};
+
+template <class Exec>
+struct ColumnSumBatch {
+  using Member = typename Kokkos::TeamPolicy<Exec>::member_type;
+  Kokkos::View<const ColumnSumEntry*, typename Exec::memory_space> entries;
+  Kokkos::View<const ColumnChunk*, typename Exec::memory_space> chunks;
+  int rows = 0;
+
+  // Thread t of the team sums rows t, t + T, …; the T partial sums are then added in thread
+  // order, so the result is the same on every run.
+  KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
+    const ColumnChunk ch = chunks(team.league_rank());
+    const ColumnSumEntry e = entries(ch.entry);
+    const int width = e.cols - ch.col0 < kColumnChunk ? e.cols - ch.col0 : kColumnChunk;
+    const int nt = team.team_size();
+    float* const partial = static_cast<float*>(team.team_scratch(0).get_shmem(sizeof(float) * nt * kColumnChunk));
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, nt), [&](const int t) {
+      Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, width), [&](const int j) {
+        const int c = ch.col0 + j;
+        float s = 0.f;
+        for (int r = t; r < rows; r += nt) {
+          const std::size_t i = static_cast<std::size_t>(r) * e.cols + c;
+          float g = e.parts[i];
+          for (int p = 1; p < e.n_parts; ++p) g += e.parts[p * e.part_stride + i];
+          if (e.act != nullptr && e.act[i] <= 0.f) g = 0.f;
+          if (e.dz != nullptr) e.dz[i] = g;
+          s += g;
+        }
+        partial[t * kColumnChunk + j] = s;
+      });
+    });
+    team.team_barrier();
+    Kokkos::parallel_for(Kokkos::TeamVectorRange(team, width), [&](const int j) {
+      float s = 0.f;
+      for (int t = 0; t < nt; ++t) s += partial[t * kColumnChunk + j];
+      e.db[ch.col0 + j] = s;
+    });
+  }
+};
+
+template <class Exec>
+class ColumnSumLaunch {
+ public:
+  ColumnSumLaunch() = default;
+  ColumnSumLaunch(const std::vector<ColumnSumEntry>& entries, int rows) : rows_(rows) {
+    require(!entries.empty() && rows >= 1, "ColumnSumLaunch: ", entries.size(), " entries of ", rows,
+            " rows; expected at least one entry of at least one row");
+    table_ = Kokkos::View<ColumnSumEntry*, typename Exec::memory_space>(std::string("zs::column_sum_batch"), entries.size());
+    auto h = Kokkos::create_mirror_view(table_);
+    std::vector<ColumnChunk> chunks;
+    for (std::size_t i = 0; i < entries.size(); ++i) {
+      const ColumnSumEntry& e = entries[i];
+      require(e.parts && e.db && e.cols >= 1 && e.n_parts >= 1, "ColumnSumLaunch: entry ", i,
+              " has a null gradient or output, ", e.cols, " columns or ", e.n_parts,
+              " parts; expected both pointers and >= 1 of each");
+      h(i) = e;
+      for (int c = 0; c < e.cols; c += kColumnChunk) chunks.push_back({static_cast<int>(i), c});
+    }
+    Kokkos::deep_copy(table_, h);
+    chunks_ = Kokkos::View<ColumnChunk*, typename Exec::memory_space>(std::string("zs::column_sum_chunks"), chunks.size());
+    auto hc = Kokkos::create_mirror_view(chunks_);
+    for (std::size_t i = 0; i < chunks.size(); ++i) hc(i) = chunks[i];
+    Kokkos::deep_copy(chunks_, hc);
+  }
+  void operator()(const Exec& exec) const {
+    constexpr bool host = Kokkos::SpaceAccessibility<Kokkos::HostSpace, typename Exec::memory_space>::accessible;
+    // Device: 8 warps per chunk of 32 columns, each warp down an eighth of the rows.
+    const int team = host ? 1 : 8, vector = host ? 1 : kColumnChunk;
+    Kokkos::TeamPolicy<Exec> policy(exec, static_cast<int>(chunks_.extent(0)), team, vector);
+    policy.set_scratch_size(0, Kokkos::PerTeam(sizeof(float) * team * kColumnChunk));
+    Kokkos::parallel_for("zs::column_sum_batch", policy, ColumnSumBatch<Exec>{table_, chunks_, rows_});
+  }
+
+ private:
+  Kokkos::View<ColumnSumEntry*, typename Exec::memory_space> table_;
+  Kokkos::View<ColumnChunk*, typename Exec::memory_space> chunks_;
+  int rows_ = 0;
+};
+
+}  // namespace zs::kernels

@@ -1,0 +1,214 @@
+#include "network_plan.hpp"
+
+#include <map>
+#include <set>
+
+#include "kernels/dense.hpp"
+#include "kernels/dense_batch.hpp"
+
+namespace zs {
+
+namespace {
+
+using kernels::BiasActEntry;
+using kernels::ColumnSumEntry;
+using Op = std::function<void(const ExecSpace&, const Gemm&)>;
+
+// One head of the main head set: its hidden layer, its output layer and that layer's width.
+struct Head {
+  int hidden = 0, out = 0, width = 0;
+  int branch = -1;  // −1: the value stream
+};
+
+std::vector<Head> heads_of(const Network& net) {
+  const Config& c = net.config();
+  const HeadSet s = net.main_heads();
+  std::vector<Head> h{{s.value0, s.value0 + 1, c.atoms, -1}};
+  for (int k = 0; k < static_cast<int>(c.branches.size()); ++k)
+    h.push_back({s.branch0 + 2 * k, s.branch0 + 2 * k + 1, c.branches[k] * c.atoms, k});
+  return h;
+}
+
+// First action of branch k: where its block starts in a flat branch buffer (BranchTable).
+int first_action(const Config& c, int k) {
+  int a = 0;
+  for (int i = 0; i < k; ++i) a += c.branches[i];
+  return a;
+}
+
+Op gemm_op(GemmBatch batch) {
+  return [batch = std::move(batch)](const ExecSpace&, const Gemm& gemm) { gemm(batch); };
+}
+
+// Heads grouped by output width, in head order: one GEMM batch per distinct width.
+std::vector<std::vector<int>> by_width(const std::vector<Head>& heads) {
+  std::map<int, std::vector<int>> m;
+  std::vector<int> order;
+  for (int i = 0; i < static_cast<int>(heads.size()); ++i) {
+    if (m.find(heads[i].width) == m.end()) order.push_back(heads[i].width);
+    m[heads[i].width].push_back(i);
+  }
+  std::vector<std::vector<int>> groups;
+  for (int w : order) groups.push_back(m[w]);
+  return groups;
+}
+
+}  // namespace
+
+ForwardPlan::ForwardPlan(const Network& net, const std::vector<ForwardPass>& passes) {
+  const Config& c = net.config();
+  require(!passes.empty(), "ForwardPlan: 0 passes given; expected at least 1");
+  const int R = static_cast<int>(passes[0].input.extent(0)), T = static_cast<int>(c.trunk.size());
+  const int F = c.trunk.back(), H = c.head_hidden;
+  for (std::size_t p = 0; p < passes.size(); ++p) {
+    const ForwardPass& x = passes[p];
+    require(x.params != nullptr && x.acts != nullptr, "ForwardPlan: pass ", p, " has no parameters or activations");
+    require(static_cast<int>(x.input.extent(0)) == R && static_cast<int>(x.input.extent(1)) == c.state_dim,
+            "ForwardPlan: pass ", p, " input is [", x.input.extent(0), ", ", x.input.extent(1), "]; expected [", R,
+            ", ", c.state_dim, "]");
+    require(x.row0 >= 0 && x.row0 + R <= x.acts->rows, "ForwardPlan: pass ", p, " writes rows ", x.row0, "..",
+            x.row0 + R, " of activations with ", x.acts->rows, " rows");
+  }
+  auto row = [](const DeviceFloats& f, int row0, int cols) { return f.data() + static_cast<std::size_t>(row0) * cols; };
+
+  for (int i = 0; i < T; ++i) {
+    const int in = i == 0 ? c.state_dim : c.trunk[i - 1], out = c.trunk[i];
+    std::vector<GemmEntry> g;
+    std::vector<BiasActEntry> b;
+    for (const ForwardPass& x : passes) {
+      const float* a = i == 0 ? x.input.data() : row(x.acts->trunk[i - 1], x.row0, in);
+      float* y = row(x.acts->trunk[i], x.row0, out);
+      g.push_back({a, x.params->weight(i).data(), y});
+      b.push_back({y, x.params->bias(i).data(), out, 1});
+    }
+    ops_.push_back(gemm_op(GemmBatch(Trans::N, Trans::T, R, out, in, 1.f, 0.f, g)));
+    kernels::BiasActLaunch<ExecSpace> bias(b, R);
+    ops_.push_back([bias](const ExecSpace& exec, const Gemm&) { bias(exec); });
+  }
+
+  const std::vector<Head> heads = heads_of(net);
+  auto hidden_of = [&](const ForwardPass& x, const Head& h) {
+    return row(h.branch < 0 ? x.acts->value_hidden : x.acts->branch_hidden[h.branch], x.row0, H);
+  };
+  auto out_of = [&](const ForwardPass& x, const Head& h) {
+    if (h.branch < 0) return row(x.acts->value_out, x.row0, c.atoms);
+    return x.acts->branch_out.data() + static_cast<std::size_t>(x.acts->rows) * first_action(c, h.branch) * c.atoms +
+           static_cast<std::size_t>(x.row0) * h.width;
+  };
+  {
+    std::vector<GemmEntry> g;
+    std::vector<BiasActEntry> b;
+    for (const ForwardPass& x : passes)
+      for (const Head& h : heads) {
+        g.push_back({row(x.acts->trunk[T - 1], x.row0, F), x.params->weight(h.hidden).data(), hidden_of(x, h)});
+        b.push_back({hidden_of(x, h), x.params->bias(h.hidden).data(), H, 1});
+      }
+    ops_.push_back(gemm_op(GemmBatch(Trans::N, Trans::T, R, H, F, 1.f, 0.f, g)));
+    kernels::BiasActLaunch<ExecSpace> bias(b, R);
+    ops_.push_back([bias](const ExecSpace& exec, const Gemm&) { bias(exec); });
+  }
+  std::vector<BiasActEntry> out_bias;
+  for (const auto& group : by_width(heads)) {
+    std::vector<GemmEntry> g;
+    for (const ForwardPass& x : passes)
+      for (int i : group) g.push_back({hidden_of(x, heads[i]), x.params->weight(heads[i].out).data(), out_of(x, heads[i])});
+    ops_.push_back(gemm_op(GemmBatch(Trans::N, Trans::T, R, heads[group[0]].width, H, 1.f, 0.f, g)));
+  }
+  for (const ForwardPass& x : passes)
+    for (const Head& h : heads) out_bias.push_back({out_of(x, h), x.params->bias(h.out).data(), h.width, 0});
+  kernels::BiasActLaunch<ExecSpace> bias(out_bias, R);
+  ops_.push_back([bias](const ExecSpace& exec, const Gemm&) { bias(exec); });
+
+  std::set<Activations*> seen;
+  for (const ForwardPass& x : passes) {
+    if (!seen.insert(x.acts).second) continue;
+    Activations* acts = x.acts;
+    const auto table = net.table();
+    const ConstMatrixView value(acts->value_out.data(), acts->rows, c.atoms);
+    const kernels::ConstVec<ExecSpace> branch(acts->branch_out.data(), acts->branch_out.extent(0));
+    const LogProbs logp = acts->logp;
+    ops_.push_back([value, branch, logp, table](const ExecSpace& exec, const Gemm&) {
+      kernels::dueling_log_softmax<ExecSpace>(exec, value, branch, logp, table);
+    });
+  }
+}
+
+void ForwardPlan::enqueue(const ExecSpace& exec, const Gemm& gemm) const {
+  for (const auto& op : ops_) op(exec, gemm);
+}
+
+BackwardPlan::BackwardPlan(const Network& net, const ParamBuffer& p, const ConstMatrixView& input,
+                           const Activations& acts, Gradients& g, const ParamBuffer& grad) {
+  const Config& c = net.config();
+  const int B = g.rows, T = static_cast<int>(c.trunk.size()), F = c.trunk.back(), H = c.head_hidden;
+  require(B <= acts.rows, "BackwardPlan: ", B, " gradient rows but only ", acts.rows, " activation rows");
+  require(static_cast<int>(input.extent(0)) == B && static_cast<int>(input.extent(1)) == c.state_dim,
+          "BackwardPlan: input is [", input.extent(0), ", ", input.extent(1), "]; expected [", B, ", ", c.state_dim,
+          "]");
+  const std::vector<Head> heads = heads_of(net);
+  const int n_heads = static_cast<int>(heads.size());
+  d_hidden_ = DeviceFloats("zs::plan::d_hidden", static_cast<std::size_t>(n_heads) * B * H);
+  d_features_ = DeviceFloats("zs::plan::d_features", static_cast<std::size_t>(n_heads) * B * F);
+
+  // The first B rows of each activation: the s-half of the stacked forward pass.
+  auto hidden_of = [&](const Head& h) {
+    return h.branch < 0 ? acts.value_hidden.data() : acts.branch_hidden[h.branch].data();
+  };
+  auto d_out_of = [&](const Head& h) {
+    return h.branch < 0 ? g.d_value_out.data()
+                        : g.d_branch_out.data() + static_cast<std::size_t>(B) * first_action(c, h.branch) * c.atoms;
+  };
+  auto d_hidden_of = [&](int i) { return d_hidden_.data() + static_cast<std::size_t>(i) * B * H; };
+  const auto groups = by_width(heads);
+
+  // Output layers: weight gradients, then the gradient into each head's hidden layer.
+  for (const auto& group : groups) {
+    std::vector<GemmEntry> e;
+    for (int i : group) e.push_back({d_out_of(heads[i]), hidden_of(heads[i]), grad.weight(heads[i].out).data()});
+    ops_.push_back(gemm_op(GemmBatch(Trans::T, Trans::N, heads[group[0]].width, H, B, 1.f, 0.f, e)));
+  }
+  for (const auto& group : groups) {
+    std::vector<GemmEntry> e;
+    for (int i : group) e.push_back({d_out_of(heads[i]), p.weight(heads[i].out).data(), d_hidden_of(i)});
+    ops_.push_back(gemm_op(GemmBatch(Trans::N, Trans::N, B, H, heads[group[0]].width, 1.f, 0.f, e)));
+  }
+  // Every output bias and, through the ReLU mask, every hidden bias: one launch.
+  {
+    std::vector<ColumnSumEntry> e;
+    for (const Head& h : heads) e.push_back({d_out_of(h), 0, 1, nullptr, nullptr, grad.bias(h.out).data(), h.width});
+    for (int i = 0; i < n_heads; ++i)
+      e.push_back({d_hidden_of(i), 0, 1, hidden_of(heads[i]), d_hidden_of(i), grad.bias(heads[i].hidden).data(), H});
+    kernels::ColumnSumLaunch<ExecSpace> sums(e, B);
+    ops_.push_back([sums](const ExecSpace& exec, const Gemm&) { sums(exec); });
+  }
+  // Hidden layers: weight gradients, and each head's share of ∂loss/∂features (summed below).
+  {
+    const float* features = acts.trunk[T - 1].data();
+    std::vector<GemmEntry> w, x;
+    for (int i = 0; i < n_heads; ++i) {
+      w.push_back({d_hidden_of(i), features, grad.weight(heads[i].hidden).data()});
+      x.push_back({d_hidden_of(i), p.weight(heads[i].hidden).data(), d_features_.data() + static_cast<std::size_t>(i) * B * F});
+    }
+    ops_.push_back(gemm_op(GemmBatch(Trans::T, Trans::N, H, F, B, 1.f, 0.f, w)));
+    ops_.push_back(gemm_op(GemmBatch(Trans::N, Trans::N, B, F, H, 1.f, 0.f, x)));
+  }
+  // Trunk, top down. The top layer's mask kernel also adds up the heads' shares.
+  for (int i = T - 1; i >= 0; --i) {
+    const int out = c.trunk[i], in = i == 0 ? c.state_dim : c.trunk[i - 1];
+    float* dz = g.d_trunk[i].data();
+    ColumnSumEntry e{dz, 0, 1, acts.trunk[i].data(), dz, grad.bias(i).data(), out};
+    if (i == T - 1) e.parts = d_features_.data(), e.part_stride = static_cast<std::int64_t>(B) * F, e.n_parts = n_heads;
+    kernels::ColumnSumLaunch<ExecSpace> mask({e}, B);
+    ops_.push_back([mask](const ExecSpace& exec, const Gemm&) { mask(exec); });
+    const float* x = i == 0 ? input.data() : acts.trunk[i - 1].data();
+    ops_.push_back(gemm_op(GemmBatch(Trans::T, Trans::N, out, in, B, 1.f, 0.f, {{dz, x, grad.weight(i).data()}})));
+    if (i > 0)
+      ops_.push_back(gemm_op(GemmBatch(Trans::N, Trans::N, B, in, out, 1.f, 0.f, {{dz, p.weight(i).data(), g.d_trunk[i - 1].data()}})));
+  }
+}
+
+void BackwardPlan::enqueue(const ExecSpace& exec, const Gemm& gemm) const {
+  for (const auto& op : ops_) op(exec, gemm);
+}
+
+}  // namespace zs

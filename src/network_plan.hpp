@@ -1,0 +1,53 @@
+// The training step's forward and backward of the C51 network as batched launches, prepared
+// once. Network::forward/backward launch one GEMM and one bias kernel per layer, per pass and
+// per head (~80 graph nodes for the step's three passes); here every pass (the online net on s
+// and s′, the target net on s′) goes through a dense layer together, and all heads of a layer
+// together, so the same work is ~25 launches. Results equal Network's to rounding (sums run
+// in another order); tests/network_plan_test.cpp checks that.
+#pragma once
+#include <functional>
+#include <vector>
+
+#include "network.hpp"
+
+namespace zs {
+
+// One forward pass: params on `input` [rows, state_dim] into rows [row0, row0 + rows) of acts.
+struct ForwardPass {
+  const ParamBuffer* params = nullptr;
+  ConstMatrixView input;
+  Activations* acts = nullptr;
+  int row0 = 0;
+};
+
+class ForwardPlan {
+ public:
+  // Every pass has the same row count. The dueling/log-softmax runs once per distinct
+  // Activations over all its rows, so the passes should cover each Activations they name.
+  ForwardPlan(const Network& net, const std::vector<ForwardPass>& passes);
+  // Enqueues the passes; no allocation, no sync.
+  void enqueue(const ExecSpace& exec, const Gemm& gemm) const;
+  // Launches enqueue() makes (GEMM batches, bias kernels, dueling heads).
+  int launches() const { return static_cast<int>(ops_.size()); }
+
+ private:
+  std::vector<std::function<void(const ExecSpace&, const Gemm&)>> ops_;
+};
+
+class BackwardPlan {
+ public:
+  // The main head set and the trunk, for the first g.rows rows of `acts` (whose input was
+  // `input`), from g.d_value_out and g.d_branch_out into `grad` (every tensor overwritten),
+  // like Network::backward. Uses g.d_trunk and its own scratch.
+  BackwardPlan(const Network& net, const ParamBuffer& params, const ConstMatrixView& input, const Activations& acts,
+               Gradients& g, const ParamBuffer& grad);
+  void enqueue(const ExecSpace& exec, const Gemm& gemm) const;
+  int launches() const { return static_cast<int>(ops_.size()); }
+
+ private:
+  DeviceFloats d_hidden_;    // [heads][rows][head_hidden]: ∂loss/∂(post-ReLU hidden) per head
+  DeviceFloats d_features_;  // [heads][rows][trunk.back()]: each head's share of ∂loss/∂features
+  std::vector<std::function<void(const ExecSpace&, const Gemm&)>> ops_;
+};
+
+}  // namespace zs

@@ -1,0 +1,230 @@
+// The batched pieces of the step's network (network_plan.hpp): GemmBatch, the bias/ReLU and
+// column-sum table kernels against naive double loops, and the plans against Network's
+// per-layer forward and backward (themselves checked against the double reference and finite
+// differences in network_test.cpp), on fresh random inputs.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+
+#include <nlohmann/json.hpp>
+
+#include "backends/gemm.hpp"
+#include "kernels/dense_batch.hpp"
+#include "network_plan.hpp"
+#include "test_util.hpp"
+
+namespace {
+
+using zs::test::random_normal;
+using zs::test::to_device;
+using zs::test::to_host;
+
+// Largest |a − b| over the largest |b| (a relative error that zero entries do not inflate).
+double max_rel(const std::vector<float>& a, const std::vector<double>& b) {
+  double num = 0, den = 1e-30;
+  for (std::size_t i = 0; i < b.size(); ++i) {
+    num = std::max(num, std::abs(double(a[i]) - b[i]));
+    den = std::max(den, std::abs(b[i]));
+  }
+  return num / den;
+}
+
+std::vector<double> as_double(const std::vector<float>& v) { return std::vector<double>(v.begin(), v.end()); }
+
+}  // namespace
+
+TEST(GemmBatch, EveryProductMatchesTheNaiveReferenceForEveryTranspose) {
+  const auto seed = zs::test::fresh_seed();
+  SCOPED_TRACE(testing::Message() << "seed " << seed);
+  zs::Stream stream;
+  zs::Gemm gemm(stream, zs::Precision::fp32);
+  const int m = 13, n = 37, k = 70, count = 3;
+  for (zs::Trans ta : {zs::Trans::N, zs::Trans::T})
+    for (zs::Trans tb : {zs::Trans::N, zs::Trans::T}) {
+      const float alpha = 0.75f, beta = -0.5f;
+      std::vector<zs::DeviceFloats> a, b, c;
+      std::vector<std::vector<float>> ha, hb, hc;
+      std::vector<zs::GemmEntry> entries;
+      for (int e = 0; e < count; ++e) {
+        ha.push_back(random_normal(std::size_t(m) * k, seed + 10 * e));
+        hb.push_back(random_normal(std::size_t(k) * n, seed + 10 * e + 1));
+        hc.push_back(random_normal(std::size_t(m) * n, seed + 10 * e + 2));
+        a.push_back(to_device(ha.back()));
+        b.push_back(to_device(hb.back()));
+        c.push_back(to_device(hc.back()));
+        entries.push_back({a.back().data(), b.back().data(), c.back().data()});
+      }
+      gemm(zs::GemmBatch(ta, tb, m, n, k, alpha, beta, entries));
+      stream.synchronize();
+      for (int e = 0; e < count; ++e) {
+        // A stored [m, k] or, transposed, [k, m]; B [k, n] or [n, k].
+        std::vector<double> ref(std::size_t(m) * n);
+        for (int i = 0; i < m; ++i)
+          for (int j = 0; j < n; ++j) {
+            double s = 0;
+            for (int p = 0; p < k; ++p)
+              s += double(ta == zs::Trans::N ? ha[e][i * k + p] : ha[e][p * m + i]) *
+                   double(tb == zs::Trans::N ? hb[e][p * n + j] : hb[e][j * k + p]);
+            ref[i * n + j] = alpha * s + beta * double(hc[e][i * n + j]);
+          }
+        EXPECT_LT(max_rel(to_host(c[e]), ref), 1e-5) << "entry " << e << " ta " << int(ta) << " tb " << int(tb);
+      }
+    }
+  EXPECT_NE(zs::test::error_of([] { zs::GemmBatch(zs::Trans::N, zs::Trans::N, 2, 2, 2, 1.f, 0.f, {}); })
+                .find("0 products"),
+            std::string::npos);
+}
+
+TEST(DenseBatch, BiasActAndColumnSumsMatchNaiveLoops) {
+  const auto seed = zs::test::fresh_seed();
+  SCOPED_TRACE(testing::Message() << "seed " << seed);
+  zs::Stream stream;
+  const auto& exec = stream.exec();
+  const int rows = 37;
+  const std::vector<int> widths{70, 5, 32, 33};
+  // Bias + ReLU (entries 0, 2) and bias only (1, 3), entries of different widths in one launch.
+  std::vector<zs::DeviceFloats> y, b;
+  std::vector<std::vector<float>> hy, hb;
+  std::vector<zs::kernels::BiasActEntry> ba;
+  for (std::size_t e = 0; e < widths.size(); ++e) {
+    hy.push_back(random_normal(std::size_t(rows) * widths[e], seed + e));
+    hb.push_back(random_normal(widths[e], seed + 100 + e));
+    y.push_back(to_device(hy.back()));
+    b.push_back(to_device(hb.back()));
+    ba.push_back({y.back().data(), b.back().data(), widths[e], e % 2 == 0});
+  }
+  zs::kernels::BiasActLaunch<zs::ExecSpace>(ba, rows)(exec);
+  stream.synchronize();
+  for (std::size_t e = 0; e < widths.size(); ++e) {
+    const auto out = to_host(y[e]);
+    for (int r = 0; r < rows; ++r)
+      for (int c = 0; c < widths[e]; ++c) {
+        const double v = double(hy[e][r * widths[e] + c]) + hb[e][c];
+        ASSERT_FLOAT_EQ(out[r * widths[e] + c], float(e % 2 == 0 ? std::max(v, 0.0) : v)) << e << " " << r << " " << c;
+      }
+  }
+
+  // Column sums: plain (entry 0), masked in place (1), three parts summed and masked into dz (2).
+  const int w = 70, parts = 3;
+  const auto g0 = random_normal(std::size_t(rows) * w, seed + 200);
+  const auto g1 = random_normal(std::size_t(rows) * w, seed + 201);
+  const auto gp = random_normal(std::size_t(parts) * rows * w, seed + 202);
+  const auto act = random_normal(std::size_t(rows) * w, seed + 203);
+  auto d0 = to_device(g0), d1 = to_device(g1), dp = to_device(gp), da = to_device(act);
+  zs::DeviceFloats dz("dz", std::size_t(rows) * w), db0("db0", w), db1("db1", w), db2("db2", w);
+  zs::kernels::ColumnSumLaunch<zs::ExecSpace>(
+      {{d0.data(), 0, 1, nullptr, nullptr, db0.data(), w},
+       {d1.data(), 0, 1, da.data(), d1.data(), db1.data(), w},
+       {dp.data(), std::int64_t(rows) * w, parts, da.data(), dz.data(), db2.data(), w}},
+      rows)(exec);
+  stream.synchronize();
+  std::vector<double> r0(w), r1(w), r2(w), z1(std::size_t(rows) * w), z2(std::size_t(rows) * w);
+  for (int r = 0; r < rows; ++r)
+    for (int c = 0; c < w; ++c) {
+      const std::size_t i = std::size_t(r) * w + c;
+      const bool on = act[i] > 0.f;
+      double sum = 0;
+      for (int p = 0; p < parts; ++p) sum += gp[p * std::size_t(rows) * w + i];
+      r0[c] += g0[i];
+      z1[i] = on ? g1[i] : 0.0;
+      r1[c] += z1[i];
+      z2[i] = on ? sum : 0.0;
+      r2[c] += z2[i];
+    }
+  EXPECT_LT(max_rel(to_host(db0), r0), 1e-5);
+  EXPECT_LT(max_rel(to_host(db1), r1), 1e-5);
+  EXPECT_LT(max_rel(to_host(db2), r2), 1e-5);
+  EXPECT_LT(max_rel(to_host(d1), z1), 1e-6);
+  EXPECT_LT(max_rel(to_host(dz), z2), 1e-6);
+  EXPECT_GT(*std::max_element(r2.begin(), r2.end()), 0.1) << "the test must not sum zeros alone";
+}
+
+namespace {
+
+zs::Config plan_config(std::uint64_t seed) {
+  // Three trunk layers and branches of repeated widths: several products per GEMM batch.
+  return zs::Config::from_json({{"state_dim", 7}, {"trunk", {33, 20, 24}}, {"head_hidden", 16},
+                                {"branches", {4, 2, 4, 3}}, {"atoms", 5}, {"v_min", -2}, {"v_max", 2},
+                                {"seed", seed}, {"precision", "fp32"}});
+}
+
+void fill(const zs::DeviceFloats& d, std::uint64_t seed, float scale) {
+  const auto h = random_normal(d.extent(0), seed, scale);
+  Kokkos::deep_copy(d, Kokkos::View<const float*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>(h.data(), h.size()));
+}
+
+}  // namespace
+
+TEST(NetworkPlan, ForwardAndBackwardEqualNetworksPerLayerPasses) {
+  const auto seed = zs::test::fresh_seed();
+  SCOPED_TRACE(testing::Message() << "seed " << seed);
+  const auto c = plan_config(seed);
+  const int B = 19;
+  const zs::ParamLayout layout(c);
+  zs::Stream stream;
+  const auto& exec = stream.exec();
+  zs::Gemm gemm(stream, zs::Precision::fp32);
+  const zs::Network net(c, layout);
+  zs::ParamBuffer online(layout, "online"), target(layout, "target"), grad(layout, "grad"), grad_ref(layout, "gref");
+  fill(online.flat(), seed + 1, 0.4f);
+  fill(target.flat(), seed + 2, 0.4f);
+  zs::DeviceFloats states("states", std::size_t(2) * B * c.state_dim);
+  fill(states, seed + 3, 1.f);
+  const zs::ConstMatrixView all(states.data(), 2 * B, c.state_dim), s(states.data(), B, c.state_dim),
+      s2(states.data() + std::size_t(B) * c.state_dim, B, c.state_dim);
+
+  zs::Activations on(c, 2 * B), tg(c, B), on_ref(c, 2 * B), tg_ref(c, B);
+  const zs::ForwardPlan fwd(net, {{&online, s, &on, 0}, {&online, s2, &on, B}, {&target, s2, &tg, 0}});
+  fwd.enqueue(exec, gemm);
+  net.forward(exec, gemm, online, all, on_ref);
+  net.forward(exec, gemm, target, s2, tg_ref);
+  stream.synchronize();
+  EXPECT_LT(max_rel(to_host(on.logp), as_double(to_host(on_ref.logp))), 1e-5);
+  EXPECT_LT(max_rel(to_host(tg.logp), as_double(to_host(tg_ref.logp))), 1e-5);
+  EXPECT_LT(max_rel(to_host(on.trunk.back()), as_double(to_host(on_ref.trunk.back()))), 1e-5);
+  EXPECT_LT(max_rel(to_host(tg.branch_hidden[3]), as_double(to_host(tg_ref.branch_hidden[3]))), 1e-5);
+
+  zs::Gradients g(c, B), g_ref(c, B);
+  for (auto* x : {&g, &g_ref}) {
+    fill(x->d_value_out, seed + 4, 1.f);
+    fill(x->d_branch_out, seed + 5, 1.f);
+  }
+  const zs::BackwardPlan bwd(net, online, s, on_ref, g, grad);
+  bwd.enqueue(exec, gemm);
+  net.backward(exec, gemm, online, s, on_ref, g_ref, grad_ref);
+  stream.synchronize();
+  // The plan writes every tensor; compare each on its own scale.
+  const auto got = to_host(grad.flat()), want = to_host(grad_ref.flat());
+  for (const auto& t : layout.tensors()) {
+    std::vector<float> a(got.begin() + t.offset, got.begin() + t.offset + t.size());
+    std::vector<double> b(want.begin() + t.offset, want.begin() + t.offset + t.size());
+    EXPECT_LT(max_rel(a, b), 1e-5) << t.name;
+    double largest = 0;
+    for (double x : b) largest = std::max(largest, std::abs(x));
+    EXPECT_GT(largest, 0.0) << t.name << ": a gradient of zeros tests nothing";
+  }
+  // Output widths 5 (value), 20, 10, 15 (branches of 4, 2, 4, 3 actions): 4 GEMM batches.
+  // Forward: 3 trunk layers × 2 + hidden 2 + 4 output batches + output bias + 2 dueling heads.
+  EXPECT_EQ(fwd.launches(), 3 * 2 + 2 + 4 + 1 + 2);
+  // Backward: 2 × 4 output batches + bias sums + hidden 2 + trunk 3 × 3 − 1.
+  EXPECT_EQ(bwd.launches(), 2 * 4 + 1 + 2 + 3 * 3 - 1);
+}
+
+TEST(NetworkPlan, PassesThatDoNotFitAreRefused) {
+  const auto c = plan_config(1);
+  const zs::ParamLayout layout(c);
+  const zs::Network net(c, layout);
+  zs::ParamBuffer online(layout, "online");
+  zs::DeviceFloats states("states", std::size_t(8) * c.state_dim);
+  zs::Activations acts(c, 4);
+  const zs::ConstMatrixView four(states.data(), 4, c.state_dim), eight(states.data(), 8, c.state_dim);
+  EXPECT_NE(zs::test::error_of([&] { zs::ForwardPlan(net, {{&online, four, &acts, 2}}); }).find("rows 2..6"),
+            std::string::npos);
+  EXPECT_NE(zs::test::error_of([&] { zs::ForwardPlan(net, {}); }).find("0 passes"), std::string::npos);
+  const zs::ConstMatrixView narrow(states.data(), 4, c.state_dim - 1);
+  EXPECT_NE(zs::test::error_of([&] { zs::ForwardPlan(net, {{&online, narrow, &acts, 0}}); }).find("expected [4, 7]"),
+            std::string::npos);
+  (void)eight;
+}
