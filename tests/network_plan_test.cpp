@@ -106,20 +106,14 @@ TEST(DenseBatch, BiasActAndColumnSumsMatchNaiveLoops) {
       }
   }
 
-  // Column sums: plain (entry 0), masked in place (1), three parts summed and masked into dz (2).
+  // Column sums: plain (entry 0), masked in place (1), three parts summed and masked into dz (2);
+  // in one block of rows and in blocks of 8 rows (the cross-team path), each launched twice:
+  // the second launch shows the per-chunk counters were reset.
   const int w = 70, parts = 3;
   const auto g0 = random_normal(std::size_t(rows) * w, seed + 200);
   const auto g1 = random_normal(std::size_t(rows) * w, seed + 201);
   const auto gp = random_normal(std::size_t(parts) * rows * w, seed + 202);
   const auto act = random_normal(std::size_t(rows) * w, seed + 203);
-  auto d0 = to_device(g0), d1 = to_device(g1), dp = to_device(gp), da = to_device(act);
-  zs::DeviceFloats dz("dz", std::size_t(rows) * w), db0("db0", w), db1("db1", w), db2("db2", w);
-  zs::kernels::ColumnSumLaunch<zs::ExecSpace>(
-      {{d0.data(), 0, 1, nullptr, nullptr, db0.data(), w},
-       {d1.data(), 0, 1, da.data(), d1.data(), db1.data(), w},
-       {dp.data(), std::int64_t(rows) * w, parts, da.data(), dz.data(), db2.data(), w}},
-      rows)(exec);
-  stream.synchronize();
   std::vector<double> r0(w), r1(w), r2(w), z1(std::size_t(rows) * w), z2(std::size_t(rows) * w);
   for (int r = 0; r < rows; ++r)
     for (int c = 0; c < w; ++c) {
@@ -133,11 +127,25 @@ TEST(DenseBatch, BiasActAndColumnSumsMatchNaiveLoops) {
       z2[i] = on ? sum : 0.0;
       r2[c] += z2[i];
     }
-  EXPECT_LT(max_rel(to_host(db0), r0), 1e-5);
-  EXPECT_LT(max_rel(to_host(db1), r1), 1e-5);
-  EXPECT_LT(max_rel(to_host(db2), r2), 1e-5);
-  EXPECT_LT(max_rel(to_host(d1), z1), 1e-6);
-  EXPECT_LT(max_rel(to_host(dz), z2), 1e-6);
+  for (int block_rows : {0, 8}) {
+    SCOPED_TRACE(testing::Message() << "block_rows " << block_rows);
+    auto d0 = to_device(g0), d1 = to_device(g1), dp = to_device(gp), da = to_device(act);
+    zs::DeviceFloats dz("dz", std::size_t(rows) * w), db0("db0", w), db1("db1", w), db2("db2", w);
+    const zs::kernels::ColumnSumLaunch<zs::ExecSpace> sums(
+        {{d0.data(), 0, 1, nullptr, nullptr, db0.data(), w},
+         {d1.data(), 0, 1, da.data(), d1.data(), db1.data(), w},
+         {dp.data(), std::int64_t(rows) * w, parts, da.data(), dz.data(), db2.data(), w}},
+        rows, block_rows);
+    for (int launch = 0; launch < 2; ++launch) {
+      sums(exec);  // the in-place mask is idempotent, so a second launch must give the same
+      stream.synchronize();
+      EXPECT_LT(max_rel(to_host(db0), r0), 1e-5);
+      EXPECT_LT(max_rel(to_host(db1), r1), 1e-5);
+      EXPECT_LT(max_rel(to_host(db2), r2), 1e-5);
+      EXPECT_LT(max_rel(to_host(d1), z1), 1e-6);
+      EXPECT_LT(max_rel(to_host(dz), z2), 1e-6);
+    }
+  }
   EXPECT_GT(*std::max_element(r2.begin(), r2.end()), 0.1) << "the test must not sum zeros alone";
 }
 

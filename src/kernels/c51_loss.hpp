@@ -54,20 +54,24 @@ struct C51Loss {
     const bool finite_inputs = is_finite(rewards(i)) && is_finite(dones(i)) && is_finite(weights(i));
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, atoms), [&](const int j) { d_value(i, j) = 0.f; });
     float L = finite_inputs ? 0.f : NAN;
+    // Q(s′, g) = Σ_j softmax·z for every action g of every branch at once, a thread per action
+    // summing its atoms in order: one barrier instead of one team reduction per action.
+    float* const q = static_cast<float*>(team.team_scratch(0).get_shmem(sizeof(float) * table.actions));
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, table.actions), [&](const int g) {
+      float acc = 0.f;
+      for (int j = 0; j < atoms; ++j) acc += ::expf(logp_online(B + i, g, j)) * sup.z(j);
+      q[g] = acc;
+    });
+    team.team_barrier();
     for (int k = 0; k < K; ++k) {
       const int c0 = table.cum(k), n = table.cum(k + 1) - c0;
       int a_star = 0;
-      float q_best = 0.f;
-      for (int a = 0; a < n; ++a) {
-        float q = 0.f;
-        Kokkos::parallel_reduce(
-            Kokkos::TeamThreadRange(team, atoms),
-            [&](const int j, float& acc) { acc += ::expf(logp_online(B + i, c0 + a, j)) * sup.z(j); }, q);
-        if (a == 0 || q > q_best) {  // lowest index on ties; NaN never wins
-          q_best = q;
+      float q_best = q[c0];
+      for (int a = 1; a < n; ++a)
+        if (q[c0 + a] > q_best) {  // lowest index on ties; NaN never wins
+          q_best = q[c0 + a];
           a_star = a;
         }
-      }
       // Categorical projection: p(⌈b⌉ − b) to ⌊b⌋ and p(b − ⌊b⌋) to ⌈b⌉, all of p when b is a
       // support point. A team of one (the host) scatters, in atom order. A wider team gathers
       // instead — target atom j takes p_l·(1 − |b_l − j|) from every source atom within one
@@ -145,7 +149,9 @@ void c51_loss(const Exec& exec, const C51Loss<Exec>& f, const Kokkos::View<float
           f.priorities.extent(0), " entries; expected B = ", B);
   require(static_cast<int>(f.logp_online.extent(2)) == f.sup.atoms, "c51_loss: ", f.logp_online.extent(2),
           " atoms in the head; expected ", f.sup.atoms);
-  Kokkos::parallel_reduce("zs::c51_loss", Kokkos::TeamPolicy<Exec>(exec, static_cast<int>(B), kAtomTeam), f, loss);
+  Kokkos::TeamPolicy<Exec> policy(exec, static_cast<int>(B), kAtomTeam);
+  policy.set_scratch_size(0, Kokkos::PerTeam(sizeof(float) * f.table.actions));
+  Kokkos::parallel_reduce("zs::c51_loss", policy, f, loss);
 }
 
 }  // namespace zs::kernels

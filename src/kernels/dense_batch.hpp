@@ -52,9 +52,11 @@ class BiasActLaunch {
   }
   void operator()(const Exec& exec) const {
     using Policy = Kokkos::MDRangePolicy<Exec, Kokkos::Rank<3>>;
-    Kokkos::parallel_for("zs::bias_act_batch",
-                         Policy(exec, {0, 0, 0}, {static_cast<std::int64_t>(table_.extent(0)), rows_, max_cols_}),
-                         BiasActBatch<Exec>{table_, rows_});
+    constexpr bool host = Kokkos::SpaceAccessibility<Kokkos::HostSpace, typename Exec::memory_space>::accessible;
+    const typename Policy::point_type begin{0, 0, 0}, end{static_cast<std::int64_t>(table_.extent(0)), rows_, max_cols_};
+    // Device: blocks of 8 rows × 32 columns, a warp along a row; the host keeps Kokkos' tiles.
+    const Policy policy = host ? Policy(exec, begin, end) : Policy(exec, begin, end, typename Policy::tile_type{1, 8, 32});
+    Kokkos::parallel_for("zs::bias_act_batch", policy, BiasActBatch<Exec>{table_, rows_});
   }
 
  private:
@@ -82,26 +84,34 @@ struct ColumnChunk {
   int entry = 0, col0 = 0;
 };
 
+// A team per (chunk of columns, block of rows); enough teams to fill the GPU at any batch size.
+// Each team adds its rows into a partial sum per column; the team that finishes a chunk last
+// adds the chunk's partials in block order. Sums come out in the same order every run, so the
+// result is deterministic without a second launch.
 template <class Exec>
 struct ColumnSumBatch {
+  using Mem = typename Exec::memory_space;
   using Member = typename Kokkos::TeamPolicy<Exec>::member_type;
-  Kokkos::View<const ColumnSumEntry*, typename Exec::memory_space> entries;
-  Kokkos::View<const ColumnChunk*, typename Exec::memory_space> chunks;
-  int rows = 0;
+  Kokkos::View<const ColumnSumEntry*, Mem> entries;
+  Kokkos::View<const ColumnChunk*, Mem> chunks;
+  Kokkos::View<float*, Mem> partials;  // [chunk][block][kColumnChunk]
+  Kokkos::View<int*, Mem> done;        // per chunk: blocks finished; the last resets it to 0
+  int rows = 0, block_rows = 0, blocks = 1;
 
-  // Thread t of the team sums rows t, t + T, …; the T partial sums are then added in thread
-  // order, so the result is the same on every run.
   KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
-    const ColumnChunk ch = chunks(team.league_rank());
+    const int chunk = team.league_rank() / blocks, block = team.league_rank() % blocks;
+    const ColumnChunk ch = chunks(chunk);
     const ColumnSumEntry e = entries(ch.entry);
     const int width = e.cols - ch.col0 < kColumnChunk ? e.cols - ch.col0 : kColumnChunk;
+    const int r0 = block * block_rows, r1 = r0 + block_rows < rows ? r0 + block_rows : rows;
     const int nt = team.team_size();
-    float* const partial = static_cast<float*>(team.team_scratch(0).get_shmem(sizeof(float) * nt * kColumnChunk));
+    float* const part = static_cast<float*>(team.team_scratch(0).get_shmem(sizeof(float) * nt * kColumnChunk));
+    // Thread t takes rows r0 + t, r0 + t + T, …; lanes take consecutive columns of a row.
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, nt), [&](const int t) {
       Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, width), [&](const int j) {
         const int c = ch.col0 + j;
         float s = 0.f;
-        for (int r = t; r < rows; r += nt) {
+        for (int r = r0 + t; r < r1; r += nt) {
           const std::size_t i = static_cast<std::size_t>(r) * e.cols + c;
           float g = e.parts[i];
           for (int p = 1; p < e.n_parts; ++p) g += e.parts[p * e.part_stride + i];
@@ -109,15 +119,36 @@ struct ColumnSumBatch {
           if (e.dz != nullptr) e.dz[i] = g;
           s += g;
         }
-        partial[t * kColumnChunk + j] = s;
+        part[t * kColumnChunk + j] = s;
       });
     });
     team.team_barrier();
+    float* const mine = blocks == 1 ? nullptr : partials.data() + (static_cast<std::size_t>(chunk) * blocks + block) * kColumnChunk;
     Kokkos::parallel_for(Kokkos::TeamVectorRange(team, width), [&](const int j) {
       float s = 0.f;
-      for (int t = 0; t < nt; ++t) s += partial[t * kColumnChunk + j];
+      for (int t = 0; t < nt; ++t) s += part[t * kColumnChunk + j];
+      if (blocks == 1)
+        e.db[ch.col0 + j] = s;
+      else
+        mine[j] = s;
+    });
+    if (blocks == 1) return;
+    // Publish this block's partials before counting it as done (the threadfence-reduction
+    // pattern): the last block must see every other block's writes.
+    Kokkos::memory_fence();
+    team.team_barrier();
+    int last = 0;
+    Kokkos::single(
+        Kokkos::PerTeam(team), [&](int& l) { l = Kokkos::atomic_fetch_add(&done(chunk), 1) == blocks - 1; }, last);
+    if (!last) return;
+    Kokkos::memory_fence();
+    const volatile float* const all = partials.data() + static_cast<std::size_t>(chunk) * blocks * kColumnChunk;
+    Kokkos::parallel_for(Kokkos::TeamVectorRange(team, width), [&](const int j) {
+      float s = 0.f;
+      for (int b = 0; b < blocks; ++b) s += all[b * kColumnChunk + j];
       e.db[ch.col0 + j] = s;
     });
+    Kokkos::single(Kokkos::PerTeam(team), [&]() { done(chunk) = 0; });
   }
 };
 
@@ -125,9 +156,15 @@ template <class Exec>
 class ColumnSumLaunch {
  public:
   ColumnSumLaunch() = default;
-  ColumnSumLaunch(const std::vector<ColumnSumEntry>& entries, int rows) : rows_(rows) {
+  // block_rows: rows per team; 0 picks one block on the host (its few threads are already busy
+  // with the chunks) and 128 rows on a device.
+  ColumnSumLaunch(const std::vector<ColumnSumEntry>& entries, int rows, int block_rows = 0) : rows_(rows) {
     require(!entries.empty() && rows >= 1, "ColumnSumLaunch: ", entries.size(), " entries of ", rows,
             " rows; expected at least one entry of at least one row");
+    require(block_rows >= 0, "ColumnSumLaunch: block_rows = ", block_rows, "; expected >= 0 (0: automatic)");
+    constexpr bool host = Kokkos::SpaceAccessibility<Kokkos::HostSpace, typename Exec::memory_space>::accessible;
+    block_rows_ = block_rows > 0 ? block_rows : host ? rows : 128;
+    blocks_ = (rows + block_rows_ - 1) / block_rows_;
     table_ = Kokkos::View<ColumnSumEntry*, typename Exec::memory_space>(std::string("zs::column_sum_batch"), entries.size());
     auto h = Kokkos::create_mirror_view(table_);
     std::vector<ColumnChunk> chunks;
@@ -144,20 +181,26 @@ class ColumnSumLaunch {
     auto hc = Kokkos::create_mirror_view(chunks_);
     for (std::size_t i = 0; i < chunks.size(); ++i) hc(i) = chunks[i];
     Kokkos::deep_copy(chunks_, hc);
+    partials_ = Kokkos::View<float*, typename Exec::memory_space>(std::string("zs::column_sum_partials"),
+                                                                 blocks_ > 1 ? chunks.size() * blocks_ * kColumnChunk : 1);
+    done_ = Kokkos::View<int*, typename Exec::memory_space>(std::string("zs::column_sum_done"), chunks.size());
   }
   void operator()(const Exec& exec) const {
     constexpr bool host = Kokkos::SpaceAccessibility<Kokkos::HostSpace, typename Exec::memory_space>::accessible;
-    // Device: 8 warps per chunk of 32 columns, each warp down an eighth of the rows.
+    // Device: 8 warps per team, each warp down an eighth of the block's rows.
     const int team = host ? 1 : 8, vector = host ? 1 : kColumnChunk;
-    Kokkos::TeamPolicy<Exec> policy(exec, static_cast<int>(chunks_.extent(0)), team, vector);
+    Kokkos::TeamPolicy<Exec> policy(exec, static_cast<int>(chunks_.extent(0)) * blocks_, team, vector);
     policy.set_scratch_size(0, Kokkos::PerTeam(sizeof(float) * team * kColumnChunk));
-    Kokkos::parallel_for("zs::column_sum_batch", policy, ColumnSumBatch<Exec>{table_, chunks_, rows_});
+    Kokkos::parallel_for("zs::column_sum_batch", policy,
+                         ColumnSumBatch<Exec>{table_, chunks_, partials_, done_, rows_, block_rows_, blocks_});
   }
 
  private:
   Kokkos::View<ColumnSumEntry*, typename Exec::memory_space> table_;
   Kokkos::View<ColumnChunk*, typename Exec::memory_space> chunks_;
-  int rows_ = 0;
+  Kokkos::View<float*, typename Exec::memory_space> partials_;
+  Kokkos::View<int*, typename Exec::memory_space> done_;
+  int rows_ = 0, block_rows_ = 0, blocks_ = 1;
 };
 
 }  // namespace zs::kernels
