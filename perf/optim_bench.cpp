@@ -1,6 +1,7 @@
-// µs per call of the optimizer tail at the reference flat buffer (288,896 floats): clip scale
-// + in-place scale, an auxiliary's clipped SAXPY into the trunk range, Adam (prepare + update)
-// and the target updates; and the whole tail as one graph replay.
+// µs per call of the optimizer tail at the reference flat buffer (288,896 floats): the in-place
+// clip scale, an auxiliary's clipped SAXPY into the trunk range, Adam (prepare with the clip
+// scale + the update with the Polyak target update fused in), the hard target update; and the
+// whole tail as one graph replay.
 #include <benchmark/benchmark.h>
 
 #include <cstdint>
@@ -26,22 +27,17 @@ zs::DeviceScalar<T> device_scalar(T value, const std::string& label) {
   return d;
 }
 
-// Arg 1: a norm just over the limit, so every element is scaled (by 0.9999, which stays far
-// from denormals over the run); arg 0: under the limit, the common case that writes nothing.
-void BM_ClipScaleAndScaleInPlace(benchmark::State& state) {
+// Arg 1: a scale just under 1, so every element is scaled (by 0.9999, which stays far from
+// denormals over the run); arg 0: a scale of 1, the common unclipped case that writes nothing.
+void BM_ScaleInPlace(benchmark::State& state) {
   zs::Stream stream;
   zs::DeviceFloats grad("grad", flat_size());
   Kokkos::deep_copy(grad, 0.5f);
-  const float limit = 10.f;
-  auto norm = device_scalar<double>(state.range(0) ? limit / 0.9999 : 1.0, "norm");
-  zs::DeviceScalar<float> scale("scale");
-  zs::bench::time_on_stream(state, stream, [&] {
-    zs::kernels::clip_scale(stream.exec(), norm, scale, limit);
-    zs::kernels::scale_in_place(stream.exec(), grad, scale);
-  });
+  auto scale = device_scalar<float>(state.range(0) ? 0.9999f : 1.f, "scale");
+  zs::bench::time_on_stream(state, stream, [&] { zs::kernels::scale_in_place(stream.exec(), grad, scale); });
   state.SetLabel(state.range(0) ? "clipped" : "unclipped");
 }
-BENCHMARK(BM_ClipScaleAndScaleInPlace)->Arg(1)->Arg(0)->UseManualTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_ScaleInPlace)->Arg(1)->Arg(0)->UseManualTime()->Unit(benchmark::kMicrosecond);
 
 void BM_ClippedSaxpyTrunk(benchmark::State& state) {
   zs::Stream stream;
@@ -60,38 +56,29 @@ BENCHMARK(BM_ClippedSaxpyTrunk)->UseManualTime()->Unit(benchmark::kMicrosecond);
 
 struct AdamBuffers {
   zs::DeviceFloats params{"params", flat_size()}, grads{"grads", flat_size()}, m{"m", flat_size()},
-      v{"v", flat_size()};
+      v{"v", flat_size()}, target{"target", flat_size()};
   Kokkos::View<double*, zs::MemSpace> state = zs::kernels::make_adam_state();
   zs::DeviceScalar<int> skip = device_scalar<int>(0, "skip");
   zs::DeviceScalar<float> lr = device_scalar<float>(1e-4f, "lr");
-  zs::DeviceScalar<float> scale = device_scalar<float>(0.9f, "scale");
+  zs::DeviceScalar<double> norm = device_scalar<double>(20.0, "norm");  // over the limit: clipped
+  zs::DeviceScalar<float> scale{std::string("scale")};
   zs::kernels::AdamHyper hyper;
 
   AdamBuffers() { Kokkos::deep_copy(grads, 0.5f); }
 
   void enqueue(const zs::Stream& stream) const {
-    zs::kernels::adam_prepare(stream.exec(), state, skip, hyper);
-    zs::kernels::adam_update(stream.exec(), params, grads, m, v, state, skip, lr, scale, hyper);
+    zs::kernels::adam_prepare(stream.exec(), state, skip, norm, scale, 10.f, hyper);
+    zs::kernels::adam_polyak_update(stream.exec(), params, grads, m, v, state, skip, lr, scale, hyper, target,
+                                    zs::Config{}.tau);
   }
 };
 
-void BM_AdamPrepareAndUpdate(benchmark::State& state) {
+void BM_AdamPrepareAndPolyakUpdate(benchmark::State& state) {
   zs::Stream stream;
   AdamBuffers adam;
   zs::bench::time_on_stream(state, stream, [&] { adam.enqueue(stream); });
 }
-BENCHMARK(BM_AdamPrepareAndUpdate)->UseManualTime()->Unit(benchmark::kMicrosecond);
-
-void BM_PolyakUpdate(benchmark::State& state) {
-  zs::Stream stream;
-  zs::DeviceFloats target("target", flat_size()), online("online", flat_size());
-  Kokkos::deep_copy(online, 1.f);
-  auto skip = device_scalar<int>(0, "skip");
-  zs::bench::time_on_stream(state, stream, [&] {
-    zs::kernels::polyak_update(stream.exec(), target, online, skip, zs::Config{}.tau);
-  });
-}
-BENCHMARK(BM_PolyakUpdate)->UseManualTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_AdamPrepareAndPolyakUpdate)->UseManualTime()->Unit(benchmark::kMicrosecond);
 
 // A step counter that is a multiple of K on every call: the copying case, the dearer one.
 void BM_HardUpdateCopying(benchmark::State& state) {
@@ -105,18 +92,12 @@ void BM_HardUpdateCopying(benchmark::State& state) {
 }
 BENCHMARK(BM_HardUpdateCopying)->UseManualTime()->Unit(benchmark::kMicrosecond);
 
-// clip_scale → Adam (clip scale fused in) → Polyak, as one graph: the tail of a step after the
-// gradient norm, without the norm itself.
+// adam_prepare (clip scale) → Adam with the Polyak update fused in, as one graph: the tail of a
+// step after the gradient norm and the guard.
 void BM_OptimTailGraphReplay(benchmark::State& state) {
   zs::Stream stream;
   AdamBuffers adam;
-  zs::DeviceFloats target("target", flat_size());
-  auto norm = device_scalar<double>(20.0, "norm");
-  auto body = [&] {
-    zs::kernels::clip_scale(stream.exec(), norm, adam.scale, 10.f);
-    adam.enqueue(stream);
-    zs::kernels::polyak_update(stream.exec(), target, adam.params, adam.skip, zs::Config{}.tau);
-  };
+  auto body = [&] { adam.enqueue(stream); };
   body();
   stream.synchronize();
   zs::Graph graph;

@@ -59,9 +59,13 @@ void TrainingGuard::initialise() {
 void TrainingGuard::check(const ExecSpace& exec, Kokkos::View<const float, MemSpace> loss,
                           Kokkos::View<const double, MemSpace> grad_norm,
                           Kokkos::View<const float, MemSpace> lr) {
-  kernels::guard_check(exec, loss, grad_norm, lr, step_, record_, totals_, skip_, config_);
-  // step_ now counts the checks run, so every post_every-th check posts its record.
-  mailbox_.post_every(exec, state_, step_, config_.post_every);
+  // The post rides in the check's thread (one launch, not two). It runs after step_ has counted
+  // up, so every post_every-th check posts its record.
+  using CheckThenPost = kernels::GuardCheckThen<ExecSpace, kernels::MailboxPost<ExecSpace>>;
+  Kokkos::parallel_for(
+      "zs::guard_check", Kokkos::RangePolicy<ExecSpace>(exec, 0, 1),
+      CheckThenPost{kernels::make_guard_check<ExecSpace>(loss, grad_norm, lr, step_, record_, totals_, skip_, config_),
+                    mailbox_.poster(state_, step_, config_.post_every)});
   ++checks_enqueued_;
 }
 

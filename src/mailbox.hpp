@@ -65,11 +65,16 @@ class Mailbox {
   // multiple of `every`: metrics every N steps without the host deciding per step.
   void post_every(const ExecSpace& exec, Kokkos::View<const double*, MemSpace> values,
                   Kokkos::View<const std::int64_t, MemSpace> gate, std::int64_t every) const {
+    Kokkos::parallel_for("zs::mailbox_post", Kokkos::RangePolicy<ExecSpace>(exec, 0, 1), poster(values, gate, every));
+  }
+  // post_every's one-thread functor, for a one-thread kernel that writes `values` to post them
+  // itself, in the same launch.
+  kernels::MailboxPost<ExecSpace> poster(Kokkos::View<const double*, MemSpace> values,
+                                         Kokkos::View<const std::int64_t, MemSpace> gate, std::int64_t every) const {
     require(values.extent(0) == payload_.extent(0), "Mailbox::post: ", values.extent(0),
             " values given; expected ", payload_.extent(0));
     require(every >= 1, "Mailbox::post_every: every = ", every, "; expected >= 1");
-    Kokkos::parallel_for("zs::mailbox_post", Kokkos::RangePolicy<ExecSpace>(exec, 0, 1),
-                         kernels::MailboxPost<ExecSpace>{values, counter_, tags_, payload_, gate, every});
+    return kernels::MailboxPost<ExecSpace>{values, counter_, tags_, payload_, gate, every};
   }
 
   // The newest complete record, or nothing when no record has arrived yet (or a write was

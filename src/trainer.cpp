@@ -6,7 +6,6 @@
 #include "kernels/adam.hpp"
 #include "kernels/grad_clip.hpp"
 #include "kernels/grad_norm.hpp"
-#include "kernels/target_update.hpp"
 
 namespace zs {
 
@@ -152,9 +151,11 @@ void Trainer::enqueue_phase(Phase phase) {
     case Phase::optimizer: {
       // C51's share of max_grad_norm. Alone, its clip rides inside Adam as a scale (no extra pass
       // over the gradient); with auxiliaries, the gradient is scaled in place and each
-      // auxiliary is added clipped to its own share, so ‖applied‖ ≤ max_grad_norm.
-      kernels::clip_scale(exec, DeviceScalar<const double>(grad_norm_), clip_scale_,
-                          budget_.c51_fraction() * config_.max_grad_norm);
+      // auxiliary is added clipped to its own share, so ‖applied‖ ≤ max_grad_norm. The clip
+      // scale is written by adam_prepare's one thread and the Polyak update rides in Adam's
+      // pass: two launches, where each one costs the graph a few microseconds.
+      kernels::adam_prepare(exec, adam_state_, guard_.skip_flag(), DeviceScalar<const double>(grad_norm_),
+                            clip_scale_, budget_.c51_fraction() * config_.max_grad_norm, adam_hyper(config_));
       DeviceScalar<const float> scale = clip_scale_;
       ConstDeviceFloats applied(grad_.flat());
       if (applied_) {
@@ -171,12 +172,10 @@ void Trainer::enqueue_phase(Phase phase) {
         applied = ConstDeviceFloats(applied_->flat());
         scale = unit_scale_;
       }
-      kernels::adam_prepare(exec, adam_state_, guard_.skip_flag(), adam_hyper(config_));
-      kernels::adam_update(exec, online_.flat(), applied, m_.flat(), v_.flat(),
-                           Kokkos::View<const double*, MemSpace>(adam_state_), guard_.skip_flag(),
-                           DeviceScalar<const float>(lr_), scale, adam_hyper(config_));
-      kernels::polyak_update(exec, target_.flat(), ConstDeviceFloats(online_.flat()), guard_.skip_flag(),
-                             config_.tau);
+      kernels::adam_polyak_update(exec, online_.flat(), applied, m_.flat(), v_.flat(),
+                                  Kokkos::View<const double*, MemSpace>(adam_state_), guard_.skip_flag(),
+                                  DeviceScalar<const float>(lr_), scale, adam_hyper(config_), target_.flat(),
+                                  config_.tau);
       break;
     }
   }

@@ -12,6 +12,7 @@
 #include "backends/stream.hpp"
 #include "error.hpp"
 #include "grad_budget.hpp"
+#include "kernels/adam.hpp"
 #include "kernels/grad_clip.hpp"
 #include "kernels/grad_norm.hpp"
 #include "param_layout.hpp"
@@ -40,25 +41,35 @@ zs::DeviceScalar<double> device_double(double x) {
   return d;
 }
 
+// C51's clip scale is written by adam_prepare's one thread (it saves the step a launch), so the
+// clip path runs through it here, with an Adam state and skip flag of its own.
+struct Clip {
+  Kokkos::View<double*, zs::MemSpace> adam_state = zs::kernels::make_adam_state();
+  zs::DeviceScalar<int> skip{std::string("zs::test::skip")};
+
+  void scale(const zs::Stream& stream, const zs::DeviceScalar<double>& norm, const zs::DeviceScalar<float>& scale,
+             float limit) const {
+    zs::kernels::adam_prepare(stream.exec(), adam_state, skip, norm, scale, limit, zs::kernels::AdamHyper{});
+  }
+  // norm → scale → grad *= scale, the clip path as the step runs it.
+  void on_device(const zs::Stream& stream, const zs::DeviceFloats& grad, const zs::DeviceScalar<double>& norm,
+                 const zs::DeviceScalar<float>& scale, float limit) const {
+    zs::kernels::global_grad_norm(stream.exec(), zs::ConstDeviceFloats(grad), norm);
+    this->scale(stream, norm, scale, limit);
+    zs::kernels::scale_in_place(stream.exec(), grad, scale);
+  }
+};
+
 float device_clip_scale(double norm, float limit) {
   zs::Stream stream;
   auto n = device_double(norm);
   zs::DeviceScalar<float> scale("scale");
   Kokkos::deep_copy(scale, -1.f);  // poison: a scale is never negative
-  zs::kernels::clip_scale(stream.exec(), n, scale, limit);
+  Clip().scale(stream, n, scale, limit);
   stream.synchronize();
   float h = 0;
   Kokkos::deep_copy(h, scale);
   return h;
-}
-
-// norm → scale → grad *= scale, the clip path as the step runs it.
-void clip_on_device(zs::Stream& stream, const zs::DeviceFloats& grad,
-                    const zs::DeviceScalar<double>& norm, const zs::DeviceScalar<float>& scale,
-                    float limit) {
-  zs::kernels::global_grad_norm(stream.exec(), zs::ConstDeviceFloats(grad), norm);
-  zs::kernels::clip_scale(stream.exec(), norm, scale, limit);
-  zs::kernels::scale_in_place(stream.exec(), grad, scale);
 }
 
 using zs::test::same_bits;
@@ -105,7 +116,7 @@ TEST(GradClip, ClipsToTheLimitOnAwkwardSizes) {
       const auto g = zs::test::random_normal(n, seed, gscale);
       const float limit = 0.7f * 10.f;  // C51's share with all three auxiliaries on
       auto d = zs::test::to_device(g);
-      clip_on_device(stream, d, norm, scale, limit);
+      Clip().on_device(stream, d, norm, scale, limit);
       stream.synchronize();
       const double ref_norm = reference_norm(g);
       const double s = reference_scale(ref_norm, limit);
@@ -138,7 +149,7 @@ TEST(GradClip, C51AloneGetsTheFullBudget) {
     budget.validate();
     zs::DeviceFloats grad("grad", n);
     Kokkos::deep_copy(grad, 1.f);  // norm sqrt(n) ≈ 537, far over the limit
-    clip_on_device(stream, grad, norm, scale, budget.c51_fraction() * max_grad_norm);
+    Clip().on_device(stream, grad, norm, scale, budget.c51_fraction() * max_grad_norm);
     zs::kernels::global_grad_norm(stream.exec(), zs::ConstDeviceFloats(grad), norm);
     stream.synchronize();
     double after = 0;
@@ -157,7 +168,7 @@ TEST(GradClip, PoisonedGradientBecomesZeros) {
     auto d = zs::test::to_device(g);
     zs::DeviceScalar<double> norm("norm");
     zs::DeviceScalar<float> scale("scale");
-    clip_on_device(stream, d, norm, scale, 10.f);
+    Clip().on_device(stream, d, norm, scale, 10.f);
     stream.synchronize();
     for (float x : zs::test::to_host(d)) ASSERT_EQ(x, 0.f);
   }
@@ -265,8 +276,8 @@ TEST(GradClip, BadShapesAndLimitsAreClearErrors) {
   EXPECT_NE(msg.find("empty"), std::string::npos) << msg;
   for (float bad : {-1.f, kNaN, kInf}) {
     SCOPED_TRACE(testing::Message() << "limit " << bad);
-    msg = error_of([&] { zs::kernels::clip_scale(stream.exec(), norm, scale, bad); });
-    EXPECT_NE(msg.find("clip_scale: limit = "), std::string::npos) << msg;
+    msg = error_of([&] { Clip().scale(stream, norm, scale, bad); });
+    EXPECT_NE(msg.find("adam_prepare: limit = "), std::string::npos) << msg;
     msg = error_of([&] { zs::kernels::clipped_saxpy(stream.exec(), a, a, norm, bad); });
     EXPECT_NE(msg.find("clipped_saxpy: limit = "), std::string::npos) << msg;
   }
@@ -280,10 +291,11 @@ TEST(GradClip, GraphReplayWithFreshInputs) {
   zs::DeviceScalar<float> scale("scale");
   const float limit = 7.f, aux_limit = 1.f;
   auto trunk = Kokkos::subview(grad, std::make_pair(std::size_t{5}, std::size_t{5} + aux_n));
+  const Clip clip;
   auto step = [&] {
     zs::kernels::global_grad_norm(stream.exec(), zs::ConstDeviceFloats(aux), aux_norm);
     zs::kernels::clipped_saxpy(stream.exec(), trunk, aux, aux_norm, aux_limit);
-    clip_on_device(stream, grad, norm, scale, limit);
+    Clip().on_device(stream, grad, norm, scale, limit);
   };
   step();  // sizes Kokkos' reduction scratch outside capture
   stream.synchronize();

@@ -190,6 +190,35 @@ class RefNet {
     return out;
   }
 
+  // The largest pre-activation, over rows and units, of the least live ReLU layer: the trunk's
+  // layers and every head set's (main, then ensemble members) value and branch hidden layers.
+  // At or below ~0 a layer is dead for the whole batch: finite differences then find no gradient
+  // for it and the layer after it, a property of the tiny test net's draw, not of the code.
+  double least_live_layer(const std::vector<double>& P, const std::vector<double>& x, int R) const {
+    double least = INFINITY;
+    const auto live = [&](const std::vector<double>& pre) {
+      double mx = -INFINITY;
+      for (double v : pre) mx = std::max(mx, v);
+      least = std::min(least, mx);
+    };
+    std::vector<double> h = x;
+    int width = c_.state_dim, layer = 0;
+    for (int w : c_.trunk) {
+      h = dense(P, layer++, h, R, width, false);
+      live(h);
+      for (double& v : h) v = std::max(0.0, v);
+      width = w;
+    }
+    std::vector<int> sets{static_cast<int>(c_.trunk.size())};
+    if (l_.ensemble_layer(0) >= 0)
+      for (int e = 0; e < c_.ensemble.k; ++e) sets.push_back(l_.ensemble_layer(e));
+    for (int s : sets) {
+      live(dense(P, s, h, R, width, false));
+      for (std::size_t k = 0; k < c_.branches.size(); ++k) live(dense(P, s + 2 + 2 * static_cast<int>(k), h, R, width, false));
+    }
+    return least;
+  }
+
   // IQN quantiles [R·N, A] of parameters P on features feat [R, F] at τ (row i·N + n).
   std::vector<double> iqn_quantiles(const std::vector<double>& P, const std::vector<double>& feat, int R,
                                     const std::vector<double>& tau) const {

@@ -1,3 +1,5 @@
+// The hard target update (a copy every K applied updates). The Polyak update is fused into
+// Adam's pass and tested with it (adam_test.cpp).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -45,56 +47,7 @@ zs::DeviceScalar<int> skip_flag(int value) {
   return s;
 }
 
-// Reference: τ-weighted average in double.
-void expect_polyak(const std::vector<float>& got, const std::vector<float>& target,
-                   const std::vector<float>& online, double tau) {
-  for (std::size_t i = 0; i < got.size(); ++i) {
-    const double a = (1.0 - tau) * target[i], b = tau * online[i];
-    ASSERT_NEAR(got[i], a + b, 1e-6 * (std::fabs(a) + std::fabs(b)) + 1e-37) << "at " << i;
-  }
-}
-
 }  // namespace
-
-TEST(TargetUpdate, PolyakMatchesReferenceOnAwkwardSizes) {
-  const std::size_t reference_size = zs::ParamLayout(zs::Config{}).size();
-  zs::Stream stream;
-  auto skip = skip_flag(0);
-  for (std::size_t n : {std::size_t{1}, std::size_t{31}, std::size_t{33}, std::size_t{1031},
-                        std::size_t{65537}, reference_size}) {
-    for (float tau : {0.005f, 0.3f, 0.999f}) {
-      const auto seed = zs::test::fresh_seed();
-      SCOPED_TRACE(testing::Message() << "n = " << n << ", tau " << tau << ", seed " << seed);
-      const auto target = zs::test::random_normal(n, seed);
-      const auto online = zs::test::random_normal(n, seed + 1, 2.f);
-      auto dt = zs::test::to_device(target);
-      auto dn = zs::test::to_device(online);
-      zs::kernels::polyak_update(stream.exec(), dt, dn, skip, tau);
-      stream.synchronize();
-      expect_polyak(zs::test::to_host(dt), target, online, tau);
-    }
-  }
-}
-
-TEST(TargetUpdate, TauZeroKeepsAndTauOneCopiesExactly) {
-  const auto seed = zs::test::fresh_seed();
-  SCOPED_TRACE(testing::Message() << "seed " << seed);
-  const std::size_t n = 4099;
-  // Wide dynamic range: target + 1·(online − target) would round here, the weighted form not.
-  auto target = zs::test::random_normal(n, seed, 1e3f);
-  auto online = zs::test::random_normal(n, seed + 1, 1e-3f);
-  zs::Stream stream;
-  auto skip = skip_flag(0);
-  auto dt = zs::test::to_device(target);
-  auto dn = zs::test::to_device(online);
-  zs::kernels::polyak_update(stream.exec(), dt, dn, skip, 0.f);
-  stream.synchronize();
-  const auto kept = zs::test::to_host(dt);
-  for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(kept[i], target[i]) << "at " << i;
-  zs::kernels::polyak_update(stream.exec(), dt, dn, skip, 1.f);
-  stream.synchronize();
-  EXPECT_TRUE(same_bits(zs::test::to_host(dt), online));
-}
 
 TEST(TargetUpdate, SkipFlagLeavesTargetUntouched) {
   const auto seed = zs::test::fresh_seed();
@@ -105,13 +58,12 @@ TEST(TargetUpdate, SkipFlagLeavesTargetUntouched) {
   online[seed % n] = kNaN;  // what a poisoned step could have left: must not leak through
   zs::Stream stream;
   Kokkos::View<std::int64_t, zs::MemSpace> step("step");
-  Kokkos::deep_copy(step, 4);  // a copy step for K = 2 and K = 4
+  Kokkos::deep_copy(step, 4);  // a copy step for K = 2
   for (int flag : {1, -1, 7}) {
     SCOPED_TRACE(testing::Message() << "skip " << flag);
     auto skip = skip_flag(flag);
     auto dt = zs::test::to_device(target);
     auto dn = zs::test::to_device(online);
-    zs::kernels::polyak_update(stream.exec(), dt, dn, skip, 0.5f);
     zs::kernels::hard_update(stream.exec(), dt, dn, step, skip, 2);
     stream.synchronize();
     EXPECT_TRUE(same_bits(zs::test::to_host(dt), target));
@@ -149,31 +101,25 @@ TEST(TargetUpdate, HardCopiesEveryKAppliedUpdates) {
   }
 }
 
-TEST(TargetUpdate, GraphReplayPolyakAndHard) {
+TEST(TargetUpdate, GraphReplayHard) {
   const std::size_t n = 100003;
   const std::int64_t K = 3;
-  const float tau = 0.05f;
   zs::Stream stream;
-  zs::DeviceFloats soft("soft", n), hard("hard", n), online("online", n);
+  zs::DeviceFloats hard("hard", n), online("online", n);
   Kokkos::View<std::int64_t, zs::MemSpace> step("step");
   auto skip = skip_flag(0);
   const auto seed = zs::test::fresh_seed();
   SCOPED_TRACE(testing::Message() << "seed " << seed);
-  std::vector<float> ref_soft = zs::test::random_normal(n, seed), ref_hard = ref_soft;
-  Kokkos::deep_copy(soft, zs::test::to_device(ref_soft));
-  Kokkos::deep_copy(hard, soft);
+  std::vector<float> ref_hard = zs::test::random_normal(n, seed);
+  Kokkos::deep_copy(hard, zs::test::to_device(ref_hard));
   auto body = [&] {
     increment(stream, step, skip);  // the update this step applied
-    zs::kernels::polyak_update(stream.exec(), soft, online, skip, tau);
     zs::kernels::hard_update(stream.exec(), hard, online, step, skip, K);
   };
   std::int64_t applied = 0;
   auto check = [&](const std::vector<float>& on, bool skipped) {
     if (skipped) return;
     ++applied;
-    const auto before = ref_soft;
-    expect_polyak(zs::test::to_host(soft), before, on, tau);
-    ref_soft = zs::test::to_host(soft);  // continue from the device's rounding
     if (applied % K == 0) ref_hard = on;
     EXPECT_TRUE(same_bits(zs::test::to_host(hard), ref_hard)) << "applied " << applied;
   };
@@ -192,13 +138,10 @@ TEST(TargetUpdate, GraphReplayPolyakAndHard) {
     on = zs::test::random_normal(n, seed + 2 + replay);
     Kokkos::deep_copy(online, zs::test::to_device(on));
     Kokkos::deep_copy(skip, skipped ? 1 : 0);
-    const auto soft_before = zs::test::to_host(soft), hard_before = zs::test::to_host(hard);
+    const auto hard_before = zs::test::to_host(hard);
     graph.replay(stream);
     stream.synchronize();
-    if (skipped) {
-      EXPECT_TRUE(same_bits(zs::test::to_host(soft), soft_before));
-      EXPECT_TRUE(same_bits(zs::test::to_host(hard), hard_before));
-    }
+    if (skipped) EXPECT_TRUE(same_bits(zs::test::to_host(hard), hard_before));
     check(on, skipped);
   }
   EXPECT_EQ(applied, 9);
@@ -207,22 +150,16 @@ TEST(TargetUpdate, GraphReplayPolyakAndHard) {
   EXPECT_EQ(h_step, 9);
 }
 
-TEST(TargetUpdate, BadShapesTauAndPeriodAreClearErrors) {
+TEST(TargetUpdate, BadShapesAndPeriodAreClearErrors) {
   zs::Stream stream;
   zs::DeviceFloats a("a", 10), b("b", 11), empty("empty", 0);
   Kokkos::View<std::int64_t, zs::MemSpace> step("step");
   auto skip = skip_flag(0);
-  std::string msg = error_of([&] { zs::kernels::polyak_update(stream.exec(), a, b, skip, 0.1f); });
-  EXPECT_NE(msg.find("target has 10"), std::string::npos) << msg;
-  EXPECT_NE(msg.find("online has 11"), std::string::npos) << msg;
-  msg = error_of([&] { zs::kernels::hard_update(stream.exec(), b, a, step, skip, 2); });
+  std::string msg = error_of([&] { zs::kernels::hard_update(stream.exec(), b, a, step, skip, 2); });
   EXPECT_NE(msg.find("target has 11"), std::string::npos) << msg;
-  msg = error_of([&] { zs::kernels::polyak_update(stream.exec(), empty, empty, skip, 0.1f); });
+  EXPECT_NE(msg.find("online has 10"), std::string::npos) << msg;
+  msg = error_of([&] { zs::kernels::hard_update(stream.exec(), empty, empty, step, skip, 2); });
   EXPECT_NE(msg.find("empty"), std::string::npos) << msg;
-  for (float tau : {-0.01f, 1.01f, kNaN, std::numeric_limits<float>::infinity()}) {
-    msg = error_of([&] { zs::kernels::polyak_update(stream.exec(), a, a, skip, tau); });
-    EXPECT_NE(msg.find("polyak_update: tau = "), std::string::npos) << msg;
-  }
   for (std::int64_t K : {0, -3}) {
     msg = error_of([&] { zs::kernels::hard_update(stream.exec(), a, a, step, skip, K); });
     EXPECT_NE(msg.find("period K = " + std::to_string(K)), std::string::npos) << msg;

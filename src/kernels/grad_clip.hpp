@@ -1,6 +1,7 @@
 // Gradient-norm clipping against a budgeted limit (limit = budget fraction × max_grad_norm):
-// the clip scale, the in-place scale of a flat buffer, and the auxiliaries' clipped SAXPY.
-// Scales are computed on the device from the device norm, so nothing here reads back.
+// the clip coefficient, the in-place scale of a flat buffer, and the auxiliaries' clipped SAXPY.
+// Scales are computed on the device from the device norm, so nothing here reads back. C51's own
+// clip scale is written by adam_prepare (kernels/adam.hpp), saving the step a launch.
 #pragma once
 #include <cmath>
 #include <cstdint>
@@ -56,17 +57,6 @@ KOKKOS_INLINE_FUNCTION double clip_coefficient(const double norm, const double l
   const double c = limit / (norm + kClipNormEpsilon);
   return c < 1.0 ? c : 1.0;
 }
-
-template <class Exec>
-struct ClipScale {
-  Kokkos::View<const double, typename Exec::memory_space> norm;
-  Kokkos::View<float, typename Exec::memory_space> scale;
-  double limit;
-
-  KOKKOS_INLINE_FUNCTION void operator()(const int) const {
-    scale() = static_cast<float>(clip_coefficient(norm(), limit));
-  }
-};
 
 template <class Exec>
 struct ScaleInPlace {
@@ -130,16 +120,6 @@ inline void check_limit(const char* who, const float limit) {
 }
 
 }  // namespace detail
-
-// Enqueues one thread that writes the clip scale for `norm` against `limit` into `scale`.
-// `limit` is fixed for a run (budget fraction × max_grad_norm), so it is passed by value.
-template <class Exec>
-void clip_scale(const Exec& exec, Kokkos::View<const double, typename Exec::memory_space> norm,
-                Kokkos::View<float, typename Exec::memory_space> scale, const float limit) {
-  detail::check_limit("clip_scale", limit);
-  Kokkos::parallel_for("zs::clip_scale", Kokkos::RangePolicy<Exec>(exec, 0, 1),
-                       ClipScale<Exec>{norm, scale, static_cast<double>(limit)});
-}
 
 // Enqueues grad *= scale, elementwise. A scale of 1 leaves the buffer untouched; a scale of 0
 // zeroes it (NaN/Inf included).

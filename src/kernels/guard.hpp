@@ -150,17 +150,18 @@ void require_extent(const View& v, std::size_t expected, const char* who, const 
 }
 }  // namespace guard_detail
 
-// Enqueues one guard check on `exec`: reads loss, grad_norm, lr and the step counter, writes
-// record [guard_record::size], skip (1 = skip this update) and adds to totals
-// [guard_totals::size]; the step counter then counts up by one. No fence.
+// The check's functor, its arguments validated: reads loss, grad_norm, lr and the step counter,
+// writes record [guard_record::size], skip (1 = skip this update) and adds to totals
+// [guard_totals::size]; the step counter then counts up by one.
 template <class Exec>
-void guard_check(const Exec& exec, Kokkos::View<const float, typename Exec::memory_space> loss,
-                 Kokkos::View<const double, typename Exec::memory_space> grad_norm,
-                 Kokkos::View<const float, typename Exec::memory_space> lr,
-                 Kokkos::View<std::int64_t, typename Exec::memory_space> step,
-                 Kokkos::View<double*, typename Exec::memory_space> record,
-                 Kokkos::View<double*, typename Exec::memory_space> totals,
-                 Kokkos::View<int, typename Exec::memory_space> skip, const GuardConfig& config) {
+GuardCheck<Exec> make_guard_check(Kokkos::View<const float, typename Exec::memory_space> loss,
+                                  Kokkos::View<const double, typename Exec::memory_space> grad_norm,
+                                  Kokkos::View<const float, typename Exec::memory_space> lr,
+                                  Kokkos::View<std::int64_t, typename Exec::memory_space> step,
+                                  Kokkos::View<double*, typename Exec::memory_space> record,
+                                  Kokkos::View<double*, typename Exec::memory_space> totals,
+                                  Kokkos::View<int, typename Exec::memory_space> skip,
+                                  const GuardConfig& config) {
   constexpr const char* who = "guard_check";
   config.validate();
   guard_detail::require_allocated(loss, who, "loss");
@@ -170,10 +171,34 @@ void guard_check(const Exec& exec, Kokkos::View<const float, typename Exec::memo
   guard_detail::require_allocated(skip, who, "skip");
   guard_detail::require_extent(record, guard_record::size, who, "record");
   guard_detail::require_extent(totals, guard_totals::size, who, "totals");
+  return GuardCheck<Exec>{loss,           grad_norm, lr, step, record, totals, skip, config.loss_clip,
+                          config.collapse_multiplier, config.warmup_steps};
+}
+
+// The check, then `After` in the same thread: a post of the record it just wrote costs a step
+// graph no node of its own.
+template <class Exec, class After>
+struct GuardCheckThen {
+  GuardCheck<Exec> check;
+  After after;
+
+  KOKKOS_INLINE_FUNCTION void operator()(const int i) const {
+    check(i);
+    after(i);
+  }
+};
+
+// Enqueues one guard check (make_guard_check) on `exec`. No fence.
+template <class Exec>
+void guard_check(const Exec& exec, Kokkos::View<const float, typename Exec::memory_space> loss,
+                 Kokkos::View<const double, typename Exec::memory_space> grad_norm,
+                 Kokkos::View<const float, typename Exec::memory_space> lr,
+                 Kokkos::View<std::int64_t, typename Exec::memory_space> step,
+                 Kokkos::View<double*, typename Exec::memory_space> record,
+                 Kokkos::View<double*, typename Exec::memory_space> totals,
+                 Kokkos::View<int, typename Exec::memory_space> skip, const GuardConfig& config) {
   Kokkos::parallel_for("zs::guard_check", Kokkos::RangePolicy<Exec>(exec, 0, 1),
-                       GuardCheck<Exec>{loss, grad_norm, lr, step, record, totals, skip,
-                                        config.loss_clip, config.collapse_multiplier,
-                                        config.warmup_steps});
+                       make_guard_check<Exec>(loss, grad_norm, lr, step, record, totals, skip, config));
 }
 
 // Enqueues the boundary on `exec`: copies totals and the step counter into snapshot

@@ -1,6 +1,6 @@
-// Target-network update over the flat buffer: Polyak averaging every step, or a hard copy
-// every K applied updates. Both are no-ops on a step the guard skipped; the step counter is
-// read on the device, so one captured graph serves every step.
+// Target-network hard update over the flat buffer: a copy every K applied updates, a no-op on a
+// step the guard skipped; the step counter is read on the device, so one captured graph serves
+// every step. Polyak averaging every step is fused into Adam's pass (kernels/adam.hpp).
 #pragma once
 #include <cmath>
 #include <cstdint>
@@ -10,24 +10,6 @@
 #include "kernels/grad_clip.hpp"  // detail::flat_block: the flat kernels' shared work split
 
 namespace zs::kernels {
-
-template <class Exec>
-struct PolyakUpdate {
-  Kokkos::View<float*, typename Exec::memory_space> target;
-  Kokkos::View<const float*, typename Exec::memory_space> online;
-  Kokkos::View<const int, typename Exec::memory_space> skip;
-  float tau, one_minus_tau;
-
-  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t item) const {
-    if (skip() != 0) return;
-    std::int64_t begin, end;
-    detail::flat_range<Exec>(item, target.extent(0), begin, end);
-    // (1 − τ)·target + τ·online rather than target + τ·(online − target): exact at both ends,
-    // τ = 0 keeps the target and τ = 1 copies the online value bit for bit.
-    for (std::int64_t i = begin; i < end; ++i)
-      target(i) = one_minus_tau * target(i) + tau * online(i);
-  }
-};
 
 template <class Exec>
 struct HardUpdate {
@@ -57,20 +39,6 @@ void check_target_shapes(const char* who, const A& target, const B& online) {
 }
 
 }  // namespace detail
-
-// Enqueues target = (1 − τ)·target + τ·online, elementwise, unless `skip` is set.
-// τ is fixed for a run (passed by value) and must lie in [0, 1].
-template <class Exec>
-void polyak_update(const Exec& exec, Kokkos::View<float*, typename Exec::memory_space> target,
-                   Kokkos::View<const float*, typename Exec::memory_space> online,
-                   Kokkos::View<const int, typename Exec::memory_space> skip, const float tau) {
-  detail::check_target_shapes("polyak_update", target, online);
-  require(std::isfinite(tau) && tau >= 0.f && tau <= 1.f, "polyak_update: tau = ", tau,
-          " is invalid; expected a value in [0, 1]");
-  Kokkos::parallel_for(
-      "zs::polyak_update", detail::flat_policy(exec, target.extent(0)),
-      PolyakUpdate<Exec>{target, online, skip, tau, static_cast<float>(1.0 - tau)});
-}
 
 // Enqueues a copy of online into target when `step` is a positive multiple of `period`
 // (K), unless `skip` is set. `step` counts applied updates, 1-based, like Adam's t: it is 1
