@@ -38,20 +38,28 @@ BENCHMARK(BM_Step)
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 
-// One phase of the direct-launch step at the reference config (B = 256), spectral norm on.
+// One phase of the direct-launch step, spectral norm on: arg 0 is the phase, arg 1 picks the
+// reference config (0: B = 256) or the large one (1: B = 4096, trunk 512 × 512, heads 256).
 void BM_StepPhase(benchmark::State& state) {
   zs::Config c;
   c.spectral_norm = 1.f;
   zs::TrainerOptions opt;
+  if (state.range(1) == 1) {
+    opt.batch_size = 4096;
+    c.trunk = {512, 512};
+    c.head_hidden = 256;
+  }
   zs::Trainer t(c, opt);
   fill_batch(t);
   t.step_direct();
   const auto phase = zs::Trainer::kPhases[state.range(0)];
-  state.SetLabel(zs::Trainer::phase_name(phase));
+  state.SetLabel(std::string(zs::Trainer::phase_name(phase)) + (state.range(1) == 1 ? " B=4096/512/256" : " B=256"));
   zs::bench::time_on_stream(state, t.stream(), [&] { t.enqueue_phase(phase); }, 20);
 }
 BENCHMARK(BM_StepPhase)
-    ->DenseRange(0, static_cast<int>(sizeof(zs::Trainer::kPhases) / sizeof(zs::Trainer::kPhases[0])) - 1)
+    ->ArgsProduct({benchmark::CreateDenseRange(
+                       0, static_cast<int>(sizeof(zs::Trainer::kPhases) / sizeof(zs::Trainer::kPhases[0])) - 1, 1),
+                   {0, 1}})
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 

@@ -15,6 +15,11 @@
 
 namespace zs {
 
+namespace {
+// From this reduction length on, products of a batch run one by one (see below).
+constexpr int kSplitKBatchRows = 1024;
+}  // namespace
+
 struct Gemm::Impl {
   cublasHandle_t handle = nullptr;
   void* workspace = nullptr;
@@ -51,6 +56,15 @@ void Gemm::operator()(Trans ta, Trans tb, float alpha, const GemmIn& a, const Ge
 }
 
 void Gemm::operator()(const GemmBatch& g) const {
+  // A batched call takes no split-K: a weight gradient (k = the batch, a small m × n output)
+  // would then run on a handful of blocks. Long reductions and single products go one by one.
+  if (g.count() == 1 || g.k >= kSplitKBatchRows) {
+    const int ar = g.ta == Trans::N ? g.m : g.k, ac = g.ta == Trans::N ? g.k : g.m;
+    const int br = g.tb == Trans::N ? g.k : g.n, bc = g.tb == Trans::N ? g.n : g.k;
+    for (const GemmEntry& e : g.entries)
+      (*this)(g.ta, g.tb, g.alpha, GemmIn(e.a, ar, ac), GemmIn(e.b, br, bc), g.beta, GemmOut(e.c, g.m, g.n));
+    return;
+  }
   // Stored widths of the row-major operands: A is [m, k] or, transposed, [k, m]; B likewise.
   const int lda = g.ta == Trans::N ? g.k : g.m, ldb = g.tb == Trans::N ? g.n : g.k;
   const cublasOperation_t opa = g.ta == Trans::N ? CUBLAS_OP_N : CUBLAS_OP_T;
