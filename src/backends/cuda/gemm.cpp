@@ -3,6 +3,8 @@
 // cuBLAS from allocating inside a captured graph.
 #include <cublas_v2.h>
 
+#include <algorithm>
+
 #include "backends/cuda/check.hpp"
 #include "backends/gemm.hpp"
 
@@ -57,8 +59,9 @@ void Gemm::operator()(Trans ta, Trans tb, float alpha, const GemmIn& a, const Ge
 
 void Gemm::operator()(const GemmBatch& g) const {
   // A batched call takes no split-K: a weight gradient (k = the batch, a small m × n output)
-  // would then run on a handful of blocks. Long reductions and single products go one by one.
-  if (g.count() == 1 || g.k >= kSplitKBatchRows) {
+  // would then run on a handful of blocks. Long reductions over small outputs and single
+  // products go one by one.
+  if (g.count() == 1 || (g.k >= kSplitKBatchRows && g.k >= 2 * std::max(g.m, g.n))) {
     const int ar = g.ta == Trans::N ? g.m : g.k, ac = g.ta == Trans::N ? g.k : g.m;
     const int br = g.tb == Trans::N ? g.k : g.n, bc = g.tb == Trans::N ? g.n : g.k;
     for (const GemmEntry& e : g.entries)
