@@ -1,5 +1,5 @@
-// µs per batched spectral-norm call (all 10 weight matrices of the reference config, one
-// launch), directly launched and as graph replays. σ_max = 1 with N(0, 0.1²) weights, so the
+// µs per batched spectral-norm call (all 10 weight matrices of the reference config, three
+// launches), directly launched and as graph replays. σ_max = 1 with N(0, 0.1²) weights, so the
 // scaling pass runs (σ₁ of the 256-wide layers starts near 3 and creeps back above 1).
 #include <benchmark/benchmark.h>
 

@@ -67,11 +67,7 @@ SpectralNorm::SpectralNorm(const ParamLayout& layout, float sigma_max, std::uint
     random_unit(init, d.v_offset, d.cols, state);
   }
 
-  descs_ = Kokkos::View<kernels::SpectralNormDesc*, MemSpace>(
-      std::string("zs::spectral_norm::descs"), host_descs_.size());
-  auto h_descs = Kokkos::create_mirror_view(descs_);
-  for (std::size_t i = 0; i < host_descs_.size(); ++i) h_descs(i) = host_descs_[i];
-  Kokkos::deep_copy(descs_, h_descs);
+  plan_ = kernels::make_spectral_norm_plan<ExecSpace>(host_descs_);
 
   uv_init_ = DeviceFloats(std::string("zs::spectral_norm::uv_init"), init.size());
   auto h_init = Kokkos::create_mirror_view(uv_init_);
@@ -85,9 +81,8 @@ SpectralNorm::SpectralNorm(const ParamLayout& layout, float sigma_max, std::uint
 void SpectralNorm::apply(const ExecSpace& exec, const DeviceFloats& params) const {
   require(params.extent(0) == param_size_, "SpectralNorm::apply: the parameter buffer has ",
           params.extent(0), " floats; expected ", param_size_, " (the layout's size)");
-  kernels::batched_spectral_norm(exec,
-                                 Kokkos::View<const kernels::SpectralNormDesc*, MemSpace>(descs_),
-                                 params, uv_, ConstDeviceFloats(uv_init_), sigmas_, sigma_max_);
+  kernels::batched_spectral_norm(exec, plan_, params, uv_, ConstDeviceFloats(uv_init_), sigmas_,
+                                 sigma_max_);
 }
 
 }  // namespace zs

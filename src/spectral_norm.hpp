@@ -1,7 +1,8 @@
 // The host-side owner of batched spectral normalisation: the device table of weight-matrix
 // descriptors, the persistent power-iteration vectors u/v, and σ per matrix for monitoring.
-// Built once from a ParamLayout; apply() is one launch (kernels/spectral_norm.hpp says what
-// one call computes and what happens to zero, tiny and non-finite matrices).
+// Built once from a ParamLayout, with the kernels' plan (which team does which part of which
+// matrix, and the scratch between passes); apply() is three launches (kernels/spectral_norm.hpp
+// says what one call computes and what happens to zero, tiny and non-finite matrices).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -22,7 +23,7 @@ class SpectralNorm {
   SpectralNorm(const ParamLayout& layout, float sigma_max, std::uint64_t seed);
 
   // Enqueues one power iteration + scaling of every weight matrix in `params` (a flat buffer
-  // laid out by the same ParamLayout) on `exec`. One launch; no allocation, no fence.
+  // laid out by the same ParamLayout) on `exec`. Three launches; no allocation, no fence.
   void apply(const ExecSpace& exec, const DeviceFloats& params) const;
 
   // σ estimated by the latest apply(), one per matrix in layout order (0 before any apply).
@@ -44,7 +45,7 @@ class SpectralNorm {
   std::size_t param_size_;
   std::vector<kernels::SpectralNormDesc> host_descs_;
   std::vector<std::string> names_;
-  Kokkos::View<kernels::SpectralNormDesc*, MemSpace> descs_;
+  kernels::SpectralNormPlan<MemSpace> plan_;
   DeviceFloats uv_, uv_init_, sigmas_;
 };
 

@@ -54,13 +54,16 @@ struct Reference {
   std::vector<double> sigma;
   double sigma_max;
 
-  Reference(const zs::SpectralNorm& sn, const std::vector<float>& params)
-      : descs(sn.descriptors()), sigma(descs.size()), sigma_max(sn.sigma_max()) {
+  Reference(const std::vector<SpectralNormDesc>& d, const std::vector<float>& params,
+            const std::vector<float>& init, double s_max)
+      : descs(d), sigma(d.size()), sigma_max(s_max) {
     w.assign(params.begin(), params.end());
-    const auto init = zs::test::to_host(sn.initial_vectors());
     uv_init.assign(init.begin(), init.end());
     uv = uv_init;
   }
+  Reference(const zs::SpectralNorm& sn, const std::vector<float>& params)
+      : Reference(sn.descriptors(), params, zs::test::to_host(sn.initial_vectors()),
+                  sn.sigma_max()) {}
 
   void step() {
     for (std::size_t m = 0; m < descs.size(); ++m) {
@@ -126,25 +129,24 @@ void upload(const zs::DeviceFloats& d, const std::vector<float>& h) {
 
 bool same_bits(float a, float b) { return std::memcmp(&a, &b, sizeof a) == 0; }
 
-// Compares the device's state after a call with the reference's; `where` names the call.
-void expect_matches(const zs::SpectralNorm& sn, const zs::DeviceFloats& params, Reference& ref,
-                    const std::string& where) {
-  const auto w = zs::test::to_host(params);
-  const auto uv = zs::test::to_host(sn.vectors());
-  const auto sig = zs::test::to_host(sn.sigmas());
+// Compares a state after a call (weights, u/v buffer, σ per matrix) with the reference's;
+// `where` names the call. σ within `tol` relative, u and v within `tol` absolute.
+void expect_state_matches(const std::vector<float>& w, const std::vector<float>& uv,
+                          const std::vector<float>& sig, const std::vector<std::string>& names,
+                          Reference& ref, const std::string& where, double tol) {
   for (std::size_t m = 0; m < ref.descs.size(); ++m) {
     const auto& d = ref.descs[m];
-    SCOPED_TRACE(testing::Message() << where << ", matrix " << sn.names()[m] << " (" << d.rows
-                                    << "x" << d.cols << "), sigma " << ref.sigma[m]);
+    SCOPED_TRACE(testing::Message() << where << ", matrix " << names[m] << " (" << d.rows << "x"
+                                    << d.cols << "), sigma " << ref.sigma[m]);
     if (!std::isfinite(ref.sigma[m])) {
       EXPECT_FALSE(std::isfinite(sig[m]));
     } else {
-      EXPECT_NEAR(sig[m], ref.sigma[m], 1e-5 * ref.sigma[m] + 1e-30);
+      EXPECT_NEAR(sig[m], ref.sigma[m], tol * ref.sigma[m] + 1e-30);
     }
     for (int r = 0; r < d.rows; ++r)
-      ASSERT_NEAR(uv[d.u_offset + r], ref.uv[d.u_offset + r], 1e-5) << "u[" << r << "]";
+      ASSERT_NEAR(uv[d.u_offset + r], ref.uv[d.u_offset + r], tol) << "u[" << r << "]";
     for (int c = 0; c < d.cols; ++c)
-      ASSERT_NEAR(uv[d.v_offset + c], ref.uv[d.v_offset + c], 1e-5) << "v[" << c << "]";
+      ASSERT_NEAR(uv[d.v_offset + c], ref.uv[d.v_offset + c], tol) << "v[" << c << "]";
     // σ within float noise of σ_max: either decision is right; follow the device's.
     const bool ambiguous = std::abs(ref.sigma[m] / ref.sigma_max - 1.0) < 1e-5;
     const std::size_t n = std::size_t(d.rows) * d.cols;
@@ -164,6 +166,12 @@ void expect_matches(const zs::SpectralNorm& sn, const zs::DeviceFloats& params, 
       }
     }
   }
+}
+
+void expect_matches(const zs::SpectralNorm& sn, const zs::DeviceFloats& params, Reference& ref,
+                    const std::string& where) {
+  expect_state_matches(zs::test::to_host(params), zs::test::to_host(sn.vectors()),
+                       zs::test::to_host(sn.sigmas()), sn.names(), ref, where, 1e-5);
 }
 
 }  // namespace
@@ -503,14 +511,208 @@ TEST(SpectralNorm, BadArgumentsAreClearErrors) {
     EXPECT_NE(what.find(std::to_string(layout.size() - 32)), std::string::npos) << what;
     EXPECT_NE(what.find("expected " + std::to_string(layout.size())), std::string::npos) << what;
   }
-  // The launcher checks what it can see without reading the device table.
-  Kokkos::View<SpectralNormDesc*, zs::MemSpace> descs("descs", 2);
-  zs::DeviceFloats params("p", 16), uv("uv", 4), sigmas("s", 3);
-  try {
-    zs::kernels::batched_spectral_norm(stream.exec(), descs, params, uv, uv, sigmas, 1.f);
-    FAIL() << "no error for 3 sigmas with 2 matrices";
-  } catch (const zs::Error& e) {
-    EXPECT_NE(std::string(e.what()).find("sigmas has 3 entries; expected 2"), std::string::npos)
-        << e.what();
+  // The launcher checks what it can see without reading the device tables.
+  std::vector<SpectralNormDesc> descs(2);
+  descs[0].rows = descs[0].cols = descs[1].rows = descs[1].cols = 2;
+  descs[0].v_offset = 2, descs[1].weight_offset = 4, descs[1].u_offset = 4, descs[1].v_offset = 6;
+  const auto plan = zs::kernels::make_spectral_norm_plan<zs::ExecSpace>(descs);
+  zs::DeviceFloats params("p", 8), uv("uv", 8), sigmas("s", 3);
+  EXPECT_NE(zs::test::error_of([&] {
+              zs::kernels::batched_spectral_norm(stream.exec(), plan, params, uv, uv, sigmas, 1.f);
+            }).find("sigmas has 3 entries; expected 2"),
+            std::string::npos);
+  zs::DeviceFloats short_uv("uv", 7), two("s", 2);
+  EXPECT_NE(zs::test::error_of([&] {
+              zs::kernels::batched_spectral_norm(stream.exec(), plan, params, short_uv, short_uv,
+                                                 two, 1.f);
+            }).find("the plan's vectors end at 8 floats; expected at most 7"),
+            std::string::npos);
+  // And the planner what it is given.
+  zs::kernels::SpectralNormGeometry g;
+  g.chunk_cols = 0;
+  EXPECT_NE(zs::test::error_of([&] {
+              zs::kernels::spectral_norm_tables(descs, g);
+            }).find("chunk_cols = 0; expected 1 to 256"),
+            std::string::npos);
+  descs[1].cols = 0;
+  EXPECT_NE(zs::test::error_of([&] {
+              zs::kernels::make_spectral_norm_plan<zs::ExecSpace>(descs);
+            }).find("matrix 1 is 2x0; expected at least 1x1"),
+            std::string::npos);
+}
+
+namespace {
+
+// Matrices of odd shapes, straight through the launcher: rows and columns that leave ragged
+// last chunks, slabs and blocks in every pass, at unaligned offsets in the buffers, and two
+// degenerate matrices spread over several chunks.
+struct OddBatch {
+  std::vector<SpectralNormDesc> descs;
+  std::vector<std::string> names;
+  std::vector<float> params, init;
+
+  explicit OddBatch(std::uint64_t seed) {
+    struct Shape {
+      int rows, cols;
+      float scale;  // σ₁ ≈ scale·(√rows + √cols): some above σ_max = 1, some below
+    };
+    const Shape shapes[] = {{1, 1, 2.5f},    {3, 70, 0.3f},   {257, 33, 0.02f}, {128, 256, 0.02f},
+                            {300, 70, 0.1f}, {1, 300, 0.01f}, {70, 3, 1.f},     {65, 129, 0.2f},
+                            {40, 90, 0.f},   {90, 40, 0.5f}};
+    std::int64_t w_at = 3, uv_at = 1;  // odd starts: nothing assumes aligned matrices or vectors
+    int k = 0;
+    for (const auto& s : shapes) {
+      SpectralNormDesc d;
+      d.rows = s.rows, d.cols = s.cols;
+      d.weight_offset = w_at;
+      d.u_offset = uv_at;
+      d.v_offset = uv_at + s.rows;
+      w_at += std::int64_t(s.rows) * s.cols + 1;
+      uv_at += s.rows + s.cols + 2;
+      descs.push_back(d);
+      names.push_back(std::to_string(s.rows) + "x" + std::to_string(s.cols));
+      ++k;
+    }
+    params.assign(w_at, 0.f);
+    init.assign(uv_at, 0.f);
+    k = 0;
+    for (const auto& d : descs) {
+      if (shapes[k].scale > 0.f) {  // else all zeros
+        const auto g =
+            zs::test::random_normal(std::size_t(d.rows) * d.cols, seed + k, shapes[k].scale);
+        std::copy(g.begin(), g.end(), params.begin() + d.weight_offset);
+      }
+      for (auto [at, n] :
+           {std::pair<std::int64_t, int>{d.u_offset, d.rows}, {d.v_offset, d.cols}}) {
+        auto x = zs::test::random_normal(n, seed + 100 + 2 * k + (at == d.v_offset));
+        double ss = 0;
+        for (float e : x) ss += double(e) * e;
+        for (int i = 0; i < n; ++i) init[at + i] = static_cast<float>(x[i] / std::sqrt(ss));
+      }
+      ++k;
+    }
+    params[descs[0].weight_offset] = 2.5f;  // 1x1: σ = 2.5 exactly
+    // 40x90 is all zeros and 90x40 holds a NaN: degenerate, reset by one chunk, scaled by none.
+    params[descs[9].weight_offset + seed % (90 * 40)] = std::numeric_limits<float>::quiet_NaN();
+  }
+};
+
+// The backend's own split, the CUDA split (slabs, 32-column chunks) and a fine one (ragged
+// edges everywhere, several slabs of a few rows, and matrices too wide for slabs next to
+// matrices with them), all runnable on either backend.
+std::vector<zs::kernels::SpectralNormGeometry> geometries() {
+  zs::kernels::SpectralNormGeometry device, fine;
+  device.chunk_cols = 32, device.max_slabs = 4, device.min_slab_rows = 64;
+  device.max_staged_cols = 2048, device.chunk_rows = 16, device.chunk_elements = 2048;
+  fine.chunk_cols = 5, fine.max_slabs = 3, fine.min_slab_rows = 7, fine.max_staged_cols = 100;
+  fine.chunk_rows = 3, fine.chunk_elements = 100;
+  return {zs::kernels::SpectralNormShape<zs::MemSpace>::geometry(), device, fine};
+}
+
+struct OddState {
+  std::vector<float> w, uv, sig;
+};
+
+OddState run_once(const zs::Stream& stream, const zs::kernels::SpectralNormPlan<zs::MemSpace>& plan,
+                  const zs::DeviceFloats& params, const zs::DeviceFloats& uv,
+                  const zs::DeviceFloats& init, const zs::DeviceFloats& sigmas) {
+  zs::kernels::batched_spectral_norm(stream.exec(), plan, params, uv, zs::ConstDeviceFloats(init),
+                                     sigmas, 1.f);
+  stream.synchronize();
+  return {zs::test::to_host(params), zs::test::to_host(uv), zs::test::to_host(sigmas)};
+}
+
+}  // namespace
+
+TEST(SpectralNorm, OddShapesOverManyChunksMatchDoubleReferenceAndRepeatExactly) {
+  const auto seed = zs::test::fresh_seed();
+  SCOPED_TRACE(testing::Message() << "seed = " << seed);
+  const OddBatch batch(seed);
+  int g_index = 0;
+  for (const auto& g : geometries()) {
+    SCOPED_TRACE(testing::Message()
+                 << "geometry " << g_index++ << ": chunk_cols " << g.chunk_cols << ", max_slabs "
+                 << g.max_slabs << ", min_slab_rows " << g.min_slab_rows << ", chunk_rows "
+                 << g.chunk_rows << ", chunk_elements " << g.chunk_elements);
+    zs::Stream stream;
+    const auto plan = zs::kernels::make_spectral_norm_plan<zs::ExecSpace>(batch.descs, g);
+    auto params = zs::test::to_device(batch.params);
+    auto uv = zs::test::to_device(batch.init);
+    auto init = zs::test::to_device(batch.init);
+    zs::DeviceFloats sigmas(std::string("sigmas"), batch.descs.size());
+    Reference ref(batch.descs, batch.params, batch.init, 1.0);
+    bool scaled = false, unscaled = false;
+    OddState first;
+    for (int call = 0; call < 3; ++call) {
+      const auto got = run_once(stream, plan, params, uv, init, sigmas);
+      ref.step();
+      for (double s : ref.sigma) (s > 1.0 ? scaled : unscaled) = true;
+      expect_state_matches(got.w, got.uv, got.sig, batch.names, ref, "call " + std::to_string(call),
+                           1e-6);
+      if (HasFatalFailure()) return;
+      if (call == 0) first = got;
+    }
+    EXPECT_TRUE(scaled) << "no matrix exercised the scaling branch";
+    EXPECT_TRUE(unscaled) << "no matrix stayed below sigma_max";
+
+    // The same first call again, from the same state: the same bits.
+    upload(params, batch.params);
+    upload(uv, batch.init);
+    const auto again = run_once(stream, plan, params, uv, init, sigmas);
+    EXPECT_TRUE(zs::test::same_bits(again.w, first.w));
+    EXPECT_TRUE(zs::test::same_bits(again.uv, first.uv));
+    EXPECT_TRUE(zs::test::same_bits(again.sig, first.sig));
+  }
+}
+
+TEST(SpectralNorm, ChunkTablesCoverEveryRowColumnAndElementOnce) {
+  const OddBatch batch(1);
+  for (const auto& g : geometries()) {
+    SCOPED_TRACE(testing::Message() << "chunk_cols " << g.chunk_cols << ", chunk_rows "
+                                    << g.chunk_rows << ", chunk_elements " << g.chunk_elements);
+    const auto t = zs::kernels::spectral_norm_tables(batch.descs, g);
+    ASSERT_EQ(t.matrices.size(), batch.descs.size());
+    EXPECT_EQ(t.vectors_size, static_cast<std::int64_t>(batch.init.size()) - 2);
+    std::int64_t partials = 0;
+    for (std::size_t m = 0; m < t.matrices.size(); ++m) {
+      const auto& mat = t.matrices[m];
+      const auto& d = mat.desc;
+      SCOPED_TRACE(testing::Message() << "matrix " << batch.names[m]);
+      EXPECT_EQ(mat.partial_offset, partials);
+      EXPECT_GE(mat.slabs, 1);
+      EXPECT_LE(mat.slabs, g.max_slabs);
+      if (mat.slabs > 1) {
+        EXPECT_LE(d.cols, g.max_staged_cols);
+        EXPECT_LE(d.cols, t.staged_cols);
+      }
+      partials += std::int64_t(mat.slabs) * d.cols;
+      std::vector<int> cell(std::size_t(d.rows) * d.cols, 0), row(d.rows, 0), elem(cell.size(), 0);
+      for (const auto& k : t.column_chunks) {
+        if (k.matrix != int(m)) continue;
+        EXPECT_LE(k.col1 - k.col0, g.chunk_cols);
+        EXPECT_EQ(k.begin, std::int64_t(k.slab) * mat.slab_rows);
+        for (std::int64_t r = k.begin; r < k.end; ++r)
+          for (int c = k.col0; c < k.col1; ++c) ++cell[std::size_t(r) * d.cols + c];
+      }
+      int first_rows = 0, first_elements = 0;
+      for (const auto& k : t.row_chunks) {
+        if (k.matrix != int(m)) continue;
+        first_rows += k.begin == 0;
+        EXPECT_LE(k.end - k.begin, g.chunk_rows);
+        for (std::int64_t r = k.begin; r < k.end; ++r) ++row[r];
+      }
+      for (const auto& k : t.element_chunks) {
+        if (k.matrix != int(m)) continue;
+        first_elements += k.begin == 0;
+        EXPECT_LE(k.end - k.begin, g.chunk_elements);
+        for (std::int64_t i = k.begin; i < k.end; ++i) ++elem[i];
+      }
+      EXPECT_EQ(first_rows, 1) << "v needs exactly one writer";
+      EXPECT_EQ(first_elements, 1) << "u, v and sigma need exactly one writer";
+      for (int n : cell) ASSERT_EQ(n, 1);
+      for (int n : row) ASSERT_EQ(n, 1);
+      for (int n : elem) ASSERT_EQ(n, 1);
+    }
+    EXPECT_EQ(t.partials_size, partials);
   }
 }
