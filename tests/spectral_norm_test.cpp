@@ -544,7 +544,8 @@ TEST(SpectralNorm, BadArgumentsAreClearErrors) {
 namespace {
 
 // Matrices of odd shapes, straight through the launcher: rows and columns that leave ragged
-// last chunks, slabs and blocks in every pass, at unaligned offsets in the buffers.
+// last chunks, slabs and blocks in every pass, at unaligned offsets in the buffers, and two
+// degenerate matrices spread over several chunks.
 struct OddBatch {
   std::vector<SpectralNormDesc> descs;
   std::vector<std::string> names;
@@ -556,7 +557,8 @@ struct OddBatch {
       float scale;  // σ₁ ≈ scale·(√rows + √cols): some above σ_max = 1, some below
     };
     const Shape shapes[] = {{1, 1, 2.5f},    {3, 70, 0.3f},   {257, 33, 0.02f}, {128, 256, 0.02f},
-                            {300, 70, 0.1f}, {1, 300, 0.01f}, {70, 3, 1.f},     {65, 129, 0.2f}};
+                            {300, 70, 0.1f}, {1, 300, 0.01f}, {70, 3, 1.f},     {65, 129, 0.2f},
+                            {40, 90, 0.f},   {90, 40, 0.5f}};
     std::int64_t w_at = 3, uv_at = 1;  // odd starts: nothing assumes aligned matrices or vectors
     int k = 0;
     for (const auto& s : shapes) {
@@ -575,9 +577,11 @@ struct OddBatch {
     init.assign(uv_at, 0.f);
     k = 0;
     for (const auto& d : descs) {
-      const auto g =
-          zs::test::random_normal(std::size_t(d.rows) * d.cols, seed + k, shapes[k].scale);
-      std::copy(g.begin(), g.end(), params.begin() + d.weight_offset);
+      if (shapes[k].scale > 0.f) {  // else all zeros
+        const auto g =
+            zs::test::random_normal(std::size_t(d.rows) * d.cols, seed + k, shapes[k].scale);
+        std::copy(g.begin(), g.end(), params.begin() + d.weight_offset);
+      }
       for (auto [at, n] :
            {std::pair<std::int64_t, int>{d.u_offset, d.rows}, {d.v_offset, d.cols}}) {
         auto x = zs::test::random_normal(n, seed + 100 + 2 * k + (at == d.v_offset));
@@ -588,6 +592,8 @@ struct OddBatch {
       ++k;
     }
     params[descs[0].weight_offset] = 2.5f;  // 1x1: σ = 2.5 exactly
+    // 40x90 is all zeros and 90x40 holds a NaN: degenerate, reset by one chunk, scaled by none.
+    params[descs[9].weight_offset + seed % (90 * 40)] = std::numeric_limits<float>::quiet_NaN();
   }
 };
 
