@@ -31,30 +31,38 @@ struct DuelingLogSoftmax {
   Kokkos::View<const float*, MS, Kokkos::MemoryUnmanaged> branch_out;                  // flat, see BranchTable
   Kokkos::View<float***, Kokkos::LayoutRight, MS> logp;                                 // [R, A, atoms]
   BranchTable<Exec> table;
+  int pairs_per_team = 1;
 
-  // One team per (row, action), its threads over atoms: the logits go into logp first, then a
-  // max and a sum reduction over the team turn them into log-probabilities in place.
+  // A team thread per (row, action), its vector lanes over atoms (a warp on CUDA: the max and
+  // the sum are warp shuffles, no team barrier). The logits go into logp first, then become
+  // log-probabilities in place; each lane reads back only the atoms it wrote.
   KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
     const int rows = static_cast<int>(logp.extent(0)), actions = static_cast<int>(logp.extent(1));
     const int atoms = static_cast<int>(logp.extent(2));
-    const int r = team.league_rank() / actions, g = team.league_rank() % actions;
-    const int k = table.branch_of(g), a = g - table.cum(k), n = table.cum(k + 1) - table.cum(k);
-    float mx = 0.f;
-    Kokkos::parallel_reduce(
-        Kokkos::TeamThreadRange(team, atoms),
-        [&](const int j, float& m) {
-          float mean = 0.f;
-          for (int b = 0; b < n; ++b) mean += branch_out(table.index(rows, atoms, k, r, b, j));
-          const float l = value(r, j) + branch_out(table.index(rows, atoms, k, r, a, j)) - mean / static_cast<float>(n);
-          logp(r, g, j) = l;
-          if (l > m) m = l;  // a NaN logit never wins here; it poisons the sum below instead
-        },
-        Kokkos::Max<float>(mx));
-    float s = 0.f;
-    Kokkos::parallel_reduce(
-        Kokkos::TeamThreadRange(team, atoms), [&](const int j, float& acc) { acc += ::expf(logp(r, g, j) - mx); }, s);
-    const float lse = mx + ::logf(s);
-    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, atoms), [&](const int j) { logp(r, g, j) -= lse; });
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, pairs_per_team), [&](const int t) {
+      const int pair = team.league_rank() * pairs_per_team + t;
+      if (pair >= rows * actions) return;
+      const int r = pair / actions, g = pair % actions;
+      const int k = table.branch_of(g), a = g - table.cum(k), n = table.cum(k + 1) - table.cum(k);
+      float mx = 0.f;
+      Kokkos::parallel_reduce(
+          Kokkos::ThreadVectorRange(team, atoms),
+          [&](const int j, float& m) {
+            float mean = 0.f;
+            for (int b = 0; b < n; ++b) mean += branch_out(table.index(rows, atoms, k, r, b, j));
+            const float l =
+                value(r, j) + branch_out(table.index(rows, atoms, k, r, a, j)) - mean / static_cast<float>(n);
+            logp(r, g, j) = l;
+            if (l > m) m = l;  // a NaN logit never wins here; it poisons the sum below instead
+          },
+          Kokkos::Max<float>(mx));
+      float s = 0.f;
+      Kokkos::parallel_reduce(
+          Kokkos::ThreadVectorRange(team, atoms), [&](const int j, float& acc) { acc += ::expf(logp(r, g, j) - mx); },
+          s);
+      const float lse = mx + ::logf(s);
+      Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, atoms), [&](const int j) { logp(r, g, j) -= lse; });
+    });
   }
 };
 
@@ -72,9 +80,12 @@ void dueling_log_softmax(const Exec& exec,
           branch_out.extent(0), " floats; expected rows·actions·atoms = ", rows * actions * atoms);
   require(static_cast<int>(actions) == table.actions, "dueling_log_softmax: ", actions,
           " actions in the output; the branch table has ", table.actions);
-  Kokkos::parallel_for("zs::dueling_log_softmax",
-                       Kokkos::TeamPolicy<Exec>(exec, static_cast<int>(rows * actions), kAtomTeam),
-                       DuelingLogSoftmax<Exec>{value, branch_out, logp, table});
+  // Device: 8 warps a team, a warp per (row, action). Host: one (row, action) after another.
+  constexpr bool host = Kokkos::SpaceAccessibility<Kokkos::HostSpace, typename Exec::memory_space>::accessible;
+  const int per_team = host ? 16 : 8, vector = host ? 1 : 32;
+  const int pairs = static_cast<int>(rows * actions), teams = (pairs + per_team - 1) / per_team;
+  Kokkos::parallel_for("zs::dueling_log_softmax", Kokkos::TeamPolicy<Exec>(exec, teams, host ? 1 : per_team, vector),
+                       DuelingLogSoftmax<Exec>{value, branch_out, logp, table, per_team});
 }
 
 }  // namespace zs::kernels

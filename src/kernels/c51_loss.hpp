@@ -43,40 +43,39 @@ struct C51Loss {
     return (tz - sup.v_min) / sup.delta();
   }
 
-  // One team per sample, its threads over atoms. Every sum over atoms is a team reduction
-  // (a fixed order, so the same inputs always give the same bits: graph replay equals direct).
+  // One team per sample; a team thread per branch (a warp on CUDA), its vector lanes over atoms,
+  // so every sum over atoms is a warp shuffle and the branches run side by side. Per-branch
+  // results meet in team scratch and are added in branch order after one barrier: a fixed
+  // order, so the same inputs always give the same bits (graph replay equals direct launch).
   KOKKOS_INLINE_FUNCTION void operator()(const Member& team, float& loss_sum) const {
+    constexpr bool host = Kokkos::SpaceAccessibility<Kokkos::HostSpace, MS>::accessible;
     const int i = team.league_rank();
     const int B = static_cast<int>(rewards.extent(0)), atoms = sup.atoms, K = table.branches;
     const float coef = weights(i) / static_cast<float>(B * K);
     // A non-finite reward would reach the projection as a NaN position: poison the loss
     // instead, so the guard skips the step.
     const bool finite_inputs = is_finite(rewards(i)) && is_finite(dones(i)) && is_finite(weights(i));
-    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, atoms), [&](const int j) { d_value(i, j) = 0.f; });
-    float L = finite_inputs ? 0.f : NAN;
-    // Q(s′, g) = Σ_j softmax·z for every action g of every branch at once, a thread per action
-    // summing its atoms in order: one barrier instead of one team reduction per action.
-    float* const q = static_cast<float*>(team.team_scratch(0).get_shmem(sizeof(float) * table.actions));
-    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, table.actions), [&](const int g) {
-      float acc = 0.f;
-      for (int j = 0; j < atoms; ++j) acc += ::expf(logp_online(B + i, g, j)) * sup.z(j);
-      q[g] = acc;
-    });
-    team.team_barrier();
-    for (int k = 0; k < K; ++k) {
+    float* const ce_of = static_cast<float*>(team.team_scratch(0).get_shmem(sizeof(float) * K));
+    float* const dq_of = static_cast<float*>(team.team_scratch(0).get_shmem(sizeof(float) * K * atoms));
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, K), [&](const int k) {
       const int c0 = table.cum(k), n = table.cum(k + 1) - c0;
       int a_star = 0;
-      float q_best = q[c0];
-      for (int a = 1; a < n; ++a)
-        if (q[c0 + a] > q_best) {  // lowest index on ties; NaN never wins
-          q_best = q[c0 + a];
+      float q_best = 0.f;
+      for (int a = 0; a < n; ++a) {
+        float q = 0.f;
+        Kokkos::parallel_reduce(
+            Kokkos::ThreadVectorRange(team, atoms),
+            [&](const int j, float& acc) { acc += ::expf(logp_online(B + i, c0 + a, j)) * sup.z(j); }, q);
+        if (a == 0 || q > q_best) {  // lowest index on ties; NaN never wins
+          q_best = q;
           a_star = a;
         }
+      }
       // Categorical projection: p(⌈b⌉ − b) to ⌊b⌋ and p(b − ⌊b⌋) to ⌈b⌉, all of p when b is a
-      // support point. A team of one (the host) scatters, in atom order. A wider team gathers
-      // instead — target atom j takes p_l·(1 − |b_l − j|) from every source atom within one
-      // atom of it — the same split without atomics, so the result never depends on timing.
-      if (team.team_size() == 1) {
+      // support point. The host scatters, in atom order. Lanes gather instead — target atom j
+      // takes p_l·(1 − |b_l − j|) from every source atom within one atom of it — the same split
+      // without atomics; each lane then reads back only the atoms it wrote.
+      if (host) {
         for (int j = 0; j < atoms; ++j) projected(i, k, j) = 0.f;
         if (finite_inputs)
           for (int l = 0; l < atoms; ++l) {
@@ -93,7 +92,7 @@ struct C51Loss {
             }
           }
       } else {
-        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, atoms), [&](const int j) {
+        Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, atoms), [&](const int j) {
           float m = 0.f;
           if (finite_inputs)
             for (int l = 0; l < atoms; ++l) {
@@ -103,28 +102,37 @@ struct C51Loss {
           projected(i, k, j) = m;
         });
       }
-      team.team_barrier();
       const int taken = actions(i, k);
       const bool valid = taken >= 0 && taken < n;  // a bad action poisons the loss too
       float ce = 0.f, msum = 0.f;
       Kokkos::parallel_reduce(
-          Kokkos::TeamThreadRange(team, atoms),
+          Kokkos::ThreadVectorRange(team, atoms),
           [&](const int j, float& acc) { acc -= projected(i, k, j) * logp_online(i, c0 + (valid ? taken : 0), j); }, ce);
       Kokkos::parallel_reduce(
-          Kokkos::TeamThreadRange(team, atoms), [&](const int j, float& acc) { acc += projected(i, k, j); }, msum);
-      L += valid ? ce / static_cast<float>(K) : NAN;
+          Kokkos::ThreadVectorRange(team, atoms), [&](const int j, float& acc) { acc += projected(i, k, j); }, msum);
       // d(−Σ m log softmax)/d logit_j = softmax_j·Σm − m_j, only the taken action has a loss;
       // the dueling mean spreads it over the branch's actions and the value stream.
-      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, atoms), [&](const int j) {
+      Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, atoms), [&](const int j) {
         const float dq = valid ? coef * (::expf(logp_online(i, c0 + taken, j)) * msum - projected(i, k, j)) : NAN;
-        d_value(i, j) += dq;
+        dq_of[k * atoms + j] = dq;
         for (int a = 0; a < n; ++a)
           d_branch_out(table.index(B, atoms, k, i, a, j)) =
               dq * ((a == taken ? 1.f : 0.f) - 1.f / static_cast<float>(n));
       });
-      Kokkos::single(Kokkos::PerTeam(team), [&]() { best(i, k) = a_star; });
-    }
+      Kokkos::single(Kokkos::PerThread(team), [&]() {
+        ce_of[k] = valid ? ce / static_cast<float>(K) : NAN;
+        best(i, k) = a_star;
+      });
+    });
+    team.team_barrier();
+    Kokkos::parallel_for(Kokkos::TeamVectorRange(team, atoms), [&](const int j) {
+      float d = 0.f;
+      for (int k = 0; k < K; ++k) d += dq_of[k * atoms + j];
+      d_value(i, j) = d;
+    });
     Kokkos::single(Kokkos::PerTeam(team), [&]() {
+      float L = finite_inputs ? 0.f : NAN;
+      for (int k = 0; k < K; ++k) L += ce_of[k];
       priorities(i) = L;
       loss_sum += weights(i) * L / static_cast<float>(B);
     });
@@ -149,8 +157,12 @@ void c51_loss(const Exec& exec, const C51Loss<Exec>& f, const Kokkos::View<float
           f.priorities.extent(0), " entries; expected B = ", B);
   require(static_cast<int>(f.logp_online.extent(2)) == f.sup.atoms, "c51_loss: ", f.logp_online.extent(2),
           " atoms in the head; expected ", f.sup.atoms);
-  Kokkos::TeamPolicy<Exec> policy(exec, static_cast<int>(B), kAtomTeam);
-  policy.set_scratch_size(0, Kokkos::PerTeam(sizeof(float) * f.table.actions));
+  // Device: a warp per branch (up to 32 branches a team; more take turns). Host: one thread.
+  constexpr bool host = Kokkos::SpaceAccessibility<Kokkos::HostSpace, typename Exec::memory_space>::accessible;
+  const int K = f.table.branches;
+  Kokkos::TeamPolicy<Exec> policy(exec, static_cast<int>(B), host ? 1 : (K < 32 ? K : 32), host ? 1 : 32);
+  // Two scratch blocks (CE per branch, value-gradient rows per branch); Kokkos aligns each.
+  policy.set_scratch_size(0, Kokkos::PerTeam(sizeof(float) * (K + K * f.sup.atoms) + 64));
   Kokkos::parallel_reduce("zs::c51_loss", policy, f, loss);
 }
 
