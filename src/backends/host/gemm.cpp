@@ -1,7 +1,12 @@
-// Host GEMM through Kokkos Kernels, which hands LayoutRight float products to OpenBLAS' sgemm.
+// Host GEMM through Kokkos Kernels, which hands LayoutRight float products to OpenBLAS' sgemm;
+// a batch of products goes straight to OpenBLAS, one product per core.
 // Kokkos Kernels 3.4 takes no execution-space instance; on the host that is the one instance
 // the step uses anyway. Both precisions are exact FP32 here.
 #include <KokkosBlas3_gemm.hpp>
+#include <cblas.h>
+#include <omp.h>
+
+#include <algorithm>
 #include <cstdlib>
 
 #include "backends/gemm.hpp"
@@ -27,10 +32,26 @@ void Gemm::operator()(Trans ta, Trans tb, float alpha, const GemmIn& a, const Ge
 }
 
 void Gemm::operator()(const GemmBatch& g) const {
-  const int ar = g.ta == Trans::N ? g.m : g.k, ac = g.ta == Trans::N ? g.k : g.m;
-  const int br = g.tb == Trans::N ? g.k : g.n, bc = g.tb == Trans::N ? g.n : g.k;
-  for (const GemmEntry& e : g.entries)
-    (*this)(g.ta, g.tb, g.alpha, GemmIn(e.a, ar, ac), GemmIn(e.b, br, bc), g.beta, GemmOut(e.c, g.m, g.n));
+  // The products of a batch are independent: the cores take them, one single-threaded OpenBLAS
+  // call each (Kokkos Kernels' gemm takes no thread of its own to run on), instead of one
+  // product after another on one core. When there are fewer products than twice the cores,
+  // each is cut into row bands of C so that the cores finish together.
+  const CBLAS_TRANSPOSE ta = g.ta == Trans::N ? CblasNoTrans : CblasTrans;
+  const CBLAS_TRANSPOSE tb = g.tb == Trans::N ? CblasNoTrans : CblasTrans;
+  const int lda = g.ta == Trans::N ? g.k : g.m, ldb = g.tb == Trans::N ? g.n : g.k;
+  const int count = g.count(), threads = omp_get_max_threads();
+  const int bands = std::max(1, std::min((2 * threads + count - 1) / count, g.m / 16));
+  const int band_rows = (g.m + bands - 1) / bands;
+#pragma omp parallel for schedule(dynamic, 1) if (count * bands > 1)
+  for (int t = 0; t < count * bands; ++t) {
+    const GemmEntry& e = g.entries[t / bands];
+    const int r0 = (t % bands) * band_rows, rows = std::min(band_rows, g.m - r0);
+    if (rows <= 0) continue;
+    // Rows r0.. of op(A): rows of A, or columns of a transposed A.
+    const float* a = e.a + (g.ta == Trans::N ? static_cast<std::size_t>(r0) * lda : static_cast<std::size_t>(r0));
+    cblas_sgemm(CblasRowMajor, ta, tb, rows, g.n, g.k, g.alpha, a, lda, e.b, ldb, g.beta,
+                e.c + static_cast<std::size_t>(r0) * g.n, g.n);
+  }
 }
 
 }  // namespace zs
