@@ -26,22 +26,4 @@ GemmBatch::GemmBatch(Trans ta_, Trans tb_, int m_, int n_, int k_, float alpha_,
   c_table = table("zs::gemm_batch::c", [](const GemmEntry& e) -> const void* { return e.c; });
 }
 
-GemmGroups::GemmGroups(std::vector<GemmBatch> groups_) : groups(std::move(groups_)) {
-  require(!groups.empty(), "GemmGroups: 0 groups given; expected at least 1");
-  std::size_t total = 0;
-  for (const GemmBatch& g : groups) total += g.entries.size();
-  auto table = [&](const std::string& label, auto pick) {
-    Kokkos::View<std::uintptr_t*, MemSpace> t(label, total);
-    auto h = Kokkos::create_mirror_view(t);
-    std::size_t i = 0;
-    for (const GemmBatch& g : groups)
-      for (const GemmEntry& e : g.entries) h(i++) = reinterpret_cast<std::uintptr_t>(pick(e));
-    Kokkos::deep_copy(t, h);
-    return t;
-  };
-  a_table = table("zs::gemm_groups::a", [](const GemmEntry& e) -> const void* { return e.a; });
-  b_table = table("zs::gemm_groups::b", [](const GemmEntry& e) -> const void* { return e.b; });
-  c_table = table("zs::gemm_groups::c", [](const GemmEntry& e) -> const void* { return e.c; });
-}
-
 }  // namespace zs

@@ -39,9 +39,6 @@ int first_action(const Config& c, int k) {
 Op gemm_op(GemmBatch batch) {
   return [batch = std::move(batch)](const ExecSpace&, const Gemm& gemm) { gemm(batch); };
 }
-Op groups_op(GemmGroups groups) {
-  return [groups = std::move(groups)](const ExecSpace&, const Gemm& gemm) { gemm(groups); };
-}
 
 // Heads grouped by output width, in head order: one GEMM batch per distinct width.
 std::vector<std::vector<int>> by_width(const std::vector<Head>& heads) {
@@ -111,14 +108,12 @@ ForwardPlan::ForwardPlan(const Network& net, const std::vector<ForwardPass>& pas
     ops_.push_back([bias](const ExecSpace& exec, const Gemm&) { bias(exec); });
   }
   std::vector<BiasActEntry> out_bias;
-  std::vector<GemmBatch> outputs;
   for (const auto& group : by_width(heads)) {
     std::vector<GemmEntry> g;
     for (const ForwardPass& x : passes)
       for (int i : group) g.push_back({hidden_of(x, heads[i]), x.params->weight(heads[i].out).data(), out_of(x, heads[i])});
-    outputs.emplace_back(Trans::N, Trans::T, R, heads[group[0]].width, H, 1.f, 0.f, g);
+    ops_.push_back(gemm_op(GemmBatch(Trans::N, Trans::T, R, heads[group[0]].width, H, 1.f, 0.f, g)));
   }
-  ops_.push_back(groups_op(GemmGroups(std::move(outputs))));
   for (const ForwardPass& x : passes)
     for (const Head& h : heads) out_bias.push_back({out_of(x, h), x.params->bias(h.out).data(), h.width, 0});
   kernels::BiasActLaunch<ExecSpace> bias(out_bias, R);
@@ -166,20 +161,17 @@ BackwardPlan::BackwardPlan(const Network& net, const ParamBuffer& p, const Const
   auto d_hidden_of = [&](int i) { return d_hidden_.data() + static_cast<std::size_t>(i) * B * H; };
   const auto groups = by_width(heads);
 
-  // Output layers: weight gradients, then the gradient into each head's hidden layer; the
-  // heads' widths differ, so each is one grouped call.
-  std::vector<GemmBatch> weights, inputs;
+  // Output layers: weight gradients, then the gradient into each head's hidden layer.
   for (const auto& group : groups) {
-    std::vector<GemmEntry> w, x;
-    for (int i : group) {
-      w.push_back({d_out_of(heads[i]), hidden_of(heads[i]), grad.weight(heads[i].out).data()});
-      x.push_back({d_out_of(heads[i]), p.weight(heads[i].out).data(), d_hidden_of(i)});
-    }
-    weights.emplace_back(Trans::T, Trans::N, heads[group[0]].width, H, B, 1.f, 0.f, w);
-    inputs.emplace_back(Trans::N, Trans::N, B, H, heads[group[0]].width, 1.f, 0.f, x);
+    std::vector<GemmEntry> e;
+    for (int i : group) e.push_back({d_out_of(heads[i]), hidden_of(heads[i]), grad.weight(heads[i].out).data()});
+    ops_.push_back(gemm_op(GemmBatch(Trans::T, Trans::N, heads[group[0]].width, H, B, 1.f, 0.f, e)));
   }
-  ops_.push_back(groups_op(GemmGroups(std::move(weights))));
-  ops_.push_back(groups_op(GemmGroups(std::move(inputs))));
+  for (const auto& group : groups) {
+    std::vector<GemmEntry> e;
+    for (int i : group) e.push_back({d_out_of(heads[i]), p.weight(heads[i].out).data(), d_hidden_of(i)});
+    ops_.push_back(gemm_op(GemmBatch(Trans::N, Trans::N, B, H, heads[group[0]].width, 1.f, 0.f, e)));
+  }
   // Every output bias and, through the ReLU mask, every hidden bias: one launch.
   {
     std::vector<ColumnSumEntry> e;

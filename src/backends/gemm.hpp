@@ -42,17 +42,6 @@ class GemmBatch {
   int count() const { return static_cast<int>(entries.size()); }
 };
 
-// Batches of different shapes as one call (cuBLAS grouped batched GEMM on CUDA; on the host,
-// batch after batch): the output layers of heads of different widths. Pointer tables of all
-// groups, group after group, go to the device once, here.
-class GemmGroups {
- public:
-  explicit GemmGroups(std::vector<GemmBatch> groups);
-  GemmGroups() = default;
-  std::vector<GemmBatch> groups;
-  Kokkos::View<std::uintptr_t*, MemSpace> a_table, b_table, c_table;
-};
-
 class Gemm {
  public:
   Gemm(Stream& stream, Precision precision);
@@ -67,15 +56,12 @@ class Gemm {
 
   // Every product of `batch`, enqueued as one launch on CUDA and as a loop on the host.
   void operator()(const GemmBatch& batch) const;
-  // Every product of every group; one launch where cuBLAS offers it for these shapes.
-  void operator()(const GemmGroups& groups) const;
 
   Precision precision() const { return precision_; }
   void set_precision(Precision p) { precision_ = p; }
 
  private:
   Precision precision_;
-  mutable bool grouped_unsupported_ = false;  // cuBLAS refused a grouped call once: go per group
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

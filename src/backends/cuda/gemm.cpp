@@ -4,7 +4,6 @@
 #include <cublas_v2.h>
 
 #include <algorithm>
-#include <vector>
 
 #include "backends/cuda/check.hpp"
 #include "backends/gemm.hpp"
@@ -58,50 +57,11 @@ void Gemm::operator()(Trans ta, Trans tb, float alpha, const GemmIn& a, const Ge
                                CUBLAS_GEMM_DEFAULT));
 }
 
-namespace {
-// A batched call takes no split-K: a weight gradient (k = the batch, a small m × n output)
-// would then run on a handful of blocks. Such long reductions go one by one.
-bool long_reduction(const GemmBatch& g) { return g.k >= kSplitKBatchRows && g.k >= 2 * std::max(g.m, g.n); }
-}  // namespace
-
-void Gemm::operator()(const GemmGroups& gg) const {
-  bool grouped = !grouped_unsupported_ && gg.groups.size() > 1;
-  for (const GemmBatch& g : gg.groups) grouped = grouped && !long_reduction(g);
-  if (grouped) {
-    const std::size_t n = gg.groups.size();
-    std::vector<cublasOperation_t> opa(n), opb(n);
-    std::vector<int> m(n), nn(n), k(n), lda(n), ldb(n), size(n);
-    std::vector<float> alpha(n), beta(n);
-    for (std::size_t i = 0; i < n; ++i) {
-      const GemmBatch& g = gg.groups[i];
-      // Row-major C = op(A)·op(B) is column-major Cᵀ = op(B)ᵀ·op(A)ᵀ: B first, as above.
-      opa[i] = g.tb == Trans::N ? CUBLAS_OP_N : CUBLAS_OP_T;
-      opb[i] = g.ta == Trans::N ? CUBLAS_OP_N : CUBLAS_OP_T;
-      m[i] = g.n, nn[i] = g.m, k[i] = g.k;
-      lda[i] = g.tb == Trans::N ? g.n : g.k;
-      ldb[i] = g.ta == Trans::N ? g.k : g.m;
-      size[i] = g.count(), alpha[i] = g.alpha, beta[i] = g.beta;
-    }
-    const cublasComputeType_t compute =
-        precision_ == Precision::tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
-    const cublasStatus_t st = cublasGemmGroupedBatchedEx(
-        impl_->handle, opa.data(), opb.data(), m.data(), nn.data(), k.data(), alpha.data(),
-        reinterpret_cast<const void* const*>(gg.b_table.data()), CUDA_R_32F, lda.data(),
-        reinterpret_cast<const void* const*>(gg.a_table.data()), CUDA_R_32F, ldb.data(), beta.data(),
-        reinterpret_cast<void* const*>(gg.c_table.data()), CUDA_R_32F, m.data(), static_cast<int>(n), size.data(),
-        compute);
-    if (st == CUBLAS_STATUS_SUCCESS) return;
-    // Not offered for this precision or these shapes: nothing was enqueued; go per group.
-    if (st != CUBLAS_STATUS_NOT_SUPPORTED) ZS_CUBLAS_CHECK(st);
-    grouped_unsupported_ = true;
-  }
-  for (const GemmBatch& g : gg.groups) (*this)(g);
-}
-
 void Gemm::operator()(const GemmBatch& g) const {
-  // Single products and long reductions go one by one (long_reduction above), so cuBLAS can
-  // split K.
-  if (g.count() == 1 || long_reduction(g)) {
+  // A batched call takes no split-K: a weight gradient (k = the batch, a small m × n output)
+  // would then run on a handful of blocks. Long reductions over small outputs and single
+  // products go one by one.
+  if (g.count() == 1 || (g.k >= kSplitKBatchRows && g.k >= 2 * std::max(g.m, g.n))) {
     const int ar = g.ta == Trans::N ? g.m : g.k, ac = g.ta == Trans::N ? g.k : g.m;
     const int br = g.tb == Trans::N ? g.k : g.n, bc = g.tb == Trans::N ? g.n : g.k;
     for (const GemmEntry& e : g.entries)

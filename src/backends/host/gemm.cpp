@@ -54,8 +54,4 @@ void Gemm::operator()(const GemmBatch& g) const {
   }
 }
 
-void Gemm::operator()(const GemmGroups& groups) const {
-  for (const GemmBatch& g : groups.groups) (*this)(g);
-}
-
 }  // namespace zs
