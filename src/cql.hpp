@@ -1,7 +1,10 @@
 // The CQL regulariser (issue 6): α·(logsumexp_a Q − Q(taken)) per branch on the C51 head of the
 // online net, its gradient through the head and trunk into its own buffer, and that buffer's norm.
 #pragma once
+#include <memory>
+
 #include "auxiliary.hpp"
+#include "network_plan.hpp"
 #include "batch.hpp"
 
 namespace zs {
@@ -17,6 +20,10 @@ class CqlRegulariser {
  private:
   Config config_;
   AuxOutputs out_;
+  // Made at the first enqueue (outside any capture: the trainer's first step runs directly)
+  // and again only if the buffers change.
+  std::unique_ptr<BackwardPlan> backward_;
+  const void* planned_for_[3] = {nullptr, nullptr, nullptr};
 };
 
 }  // namespace zs

@@ -1,5 +1,7 @@
 #include "ensemble.hpp"
 
+#include <algorithm>
+
 #include "kernels/ensemble.hpp"
 #include "kernels/grad_norm.hpp"
 
@@ -29,7 +31,19 @@ void EnsembleHeads::enqueue(const ExecSpace& exec, const Gemm& gemm, const Netwo
   const Config& c = config_;
   const int B = batch.size, F = c.trunk.back(), T = static_cast<int>(c.trunk.size());
   const ConstMatrixView features(online.trunk[T - 1].data(), B, F);
-  for (int e = 0; e < members(); ++e) net.forward_heads(exec, gemm, params, features, net.ensemble_heads(e), heads_[e]);
+  const void* key[3] = {&params, &online, &batch};
+  if (!forward_ || !std::equal(key, key + 3, planned_for_)) {
+    std::vector<std::pair<HeadSet, HeadActs>> sets;
+    std::vector<HeadSetGrads> grads;
+    for (int e = 0; e < members(); ++e) {
+      sets.emplace_back(net.ensemble_heads(e), heads_[e]);
+      grads.push_back({net.ensemble_heads(e), heads_[e], member_g_[e].d_value_out.data(), member_g_[e].d_branch_out.data()});
+    }
+    forward_ = std::make_unique<ForwardPlan>(net, params, features, sets);
+    backward_ = std::make_unique<BackwardPlan>(net, params, batch.states(), online, grads, out_.g, out_.grad);
+    std::copy(key, key + 3, planned_for_);
+  }
+  forward_->enqueue(exec, gemm);
   kernels::EnsembleLoss<ExecSpace> f;
   f.logp = logp_;
   f.projected = c51.projected;
@@ -48,11 +62,7 @@ void EnsembleHeads::enqueue(const ExecSpace& exec, const Gemm& gemm, const Netwo
   s.v_min = c.v_min;
   s.delta = (c.v_max - c.v_min) / static_cast<float>(c.atoms - 1);
   kernels::ensemble_spread(exec, s, spread_mean_);
-  const MatrixView d_features = as_matrix(out_.g.d_trunk[T - 1], B, F);
-  for (int e = 0; e < members(); ++e)
-    net.backward_heads(exec, gemm, params, features, net.ensemble_heads(e), heads_[e], member_g_[e], out_.grad,
-                       d_features, e > 0);
-  net.backward_trunk(exec, gemm, params, batch.states(), online, out_.g, out_.grad);
+  backward_->enqueue(exec, gemm);
   kernels::global_grad_norm(exec, ConstDeviceFloats(out_.grad.flat()), out_.norm);
 }
 

@@ -2,10 +2,12 @@
 // trunk, trained by cross-entropy against the main loss's projected targets; their gradient
 // (heads and trunk) in its own buffer, and the spread of Q over all heads as uncertainty.
 #pragma once
+#include <memory>
 #include <vector>
 
 #include "auxiliary.hpp"
 #include "batch.hpp"
+#include "network_plan.hpp"
 
 namespace zs {
 
@@ -35,6 +37,11 @@ class EnsembleHeads {
   std::vector<Gradients> member_g_;  // out_.g with d_value_out / d_branch_out pointing at member e's slice
   Kokkos::View<float*, MemSpace> spread_;
   DeviceScalar<float> spread_mean_;
+  // The k head sets as batched launches; made at the first enqueue (outside any capture: the
+  // trainer's first step runs directly) and again only if the buffers change.
+  std::unique_ptr<ForwardPlan> forward_;
+  std::unique_ptr<BackwardPlan> backward_;
+  const void* planned_for_[3] = {nullptr, nullptr, nullptr};
 };
 
 }  // namespace zs

@@ -25,13 +25,34 @@ class ForwardPlan {
   // Every pass has the same row count. The dueling/log-softmax runs once per distinct
   // Activations over all its rows, so the passes should cover each Activations they name.
   ForwardPlan(const Network& net, const std::vector<ForwardPass>& passes);
+  // Head sets only (e.g. the ensemble's members), each into its own HeadActs, on `features`
+  // [rows, trunk.back()] with `params`; every HeadActs has `rows` rows.
+  ForwardPlan(const Network& net, const ParamBuffer& params, const ConstMatrixView& features,
+              const std::vector<std::pair<HeadSet, HeadActs>>& sets);
   // Enqueues the passes; no allocation, no sync.
   void enqueue(const ExecSpace& exec, const Gemm& gemm) const;
   // Launches enqueue() makes (GEMM batches, bias kernels, dueling heads).
   int launches() const { return static_cast<int>(ops_.size()); }
 
  private:
+  struct HeadPass {
+    const ParamBuffer* params;
+    const float* features;  // [rows, trunk.back()], this pass's first row
+    HeadSet set;
+    HeadActs acts;
+    int row0;  // first row of acts this pass writes
+  };
+  void add_heads(const Network& net, const std::vector<HeadPass>& passes, int rows);
   std::vector<std::function<void(const ExecSpace&, const Gemm&)>> ops_;
+};
+
+// One head set's part in a backward pass: its layers, its hidden activations (the first rows
+// are used) and the gradient of the loss with respect to its output layers.
+struct HeadSetGrads {
+  HeadSet set;
+  HeadActs acts;
+  const float* d_value_out = nullptr;   // [rows, atoms]
+  const float* d_branch_out = nullptr;  // flat, branch k at rows·cum[k]·atoms (BranchTable)
 };
 
 class BackwardPlan {
@@ -41,6 +62,11 @@ class BackwardPlan {
   // like Network::backward. Uses g.d_trunk and its own scratch.
   BackwardPlan(const Network& net, const ParamBuffer& params, const ConstMatrixView& input, const Activations& acts,
                Gradients& g, const ParamBuffer& grad);
+  // Several head sets on the one trunk (e.g. the ensemble's members), all into `grad`; the
+  // trunk gets the sum of their input gradients; acts supplies the trunk activations. With no
+  // head sets, the trunk alone, from ∂loss/∂features already in g.d_trunk.back().
+  BackwardPlan(const Network& net, const ParamBuffer& params, const ConstMatrixView& input, const Activations& acts,
+               const std::vector<HeadSetGrads>& sets, Gradients& g, const ParamBuffer& grad);
   void enqueue(const ExecSpace& exec, const Gemm& gemm) const;
   int launches() const { return static_cast<int>(ops_.size()); }
 

@@ -83,7 +83,9 @@ inline void expect_gradient_matches_finite_differences(
       EXPECT_NEAR(g, f, tolerance(f)) << t.name << "[" << i << "]";
       nonzero += std::abs(f) > 1e-9;
     }
-    if (mine) EXPECT_GT(nonzero, 0) << t.name << ": finite differences found no gradient at all";
+    if (mine) {
+      EXPECT_GT(nonzero, 0) << t.name << ": finite differences found no gradient at all";
+    }
   }
 }
 

@@ -42,7 +42,7 @@ TEST(GemmBatch, EveryProductMatchesTheNaiveReferenceForEveryTranspose) {
   zs::Gemm gemm(stream, zs::Precision::fp32);
   const int n = 37, k = 70;
   // m = 70 with one or three products: the host cuts products into row bands of C.
-  for (const auto [m, count] : {std::pair{13, 3}, std::pair{70, 1}, std::pair{70, 3}})
+  for (const auto& [m, count] : {std::pair{13, 3}, std::pair{70, 1}, std::pair{70, 3}})
   for (zs::Trans ta : {zs::Trans::N, zs::Trans::T})
     for (zs::Trans tb : {zs::Trans::N, zs::Trans::T}) {
       const float alpha = 0.75f, beta = -0.5f;
