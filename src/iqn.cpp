@@ -1,5 +1,8 @@
 #include "iqn.hpp"
 
+#include <algorithm>
+#include <tuple>
+
 #include "kernels/dense.hpp"
 #include "kernels/grad_norm.hpp"
 #include "kernels/iqn.hpp"
@@ -46,17 +49,33 @@ IqnHead::IqnHead(const Config& c, const ParamLayout& layout, int B)
 
 void IqnHead::reset_counter() { Kokkos::deep_copy(counter_, std::uint64_t(0)); }
 
-void IqnHead::forward_side(const ExecSpace& exec, const Gemm& gemm, const ParamBuffer& p,
-                           const ConstMatrixView& cosines, const ConstMatrixView& features, Side& s) const {
+void IqnHead::plan(const Network& net, const ParamBuffer& on, const ParamBuffer& tg, const Activations& online,
+                   const DeviceBatch& batch) {
   const int R = B_ * N_;
-  const MatrixView phi = as_matrix(s.phi, R, F_), h = as_matrix(s.h, R, F_);
-  gemm(Trans::N, Trans::T, 1.f, cosines, as_const(p.weight(layer_)), 0.f, phi);
-  kernels::iqn_modulate<ExecSpace>(exec, {phi, h, features, as_const(p.bias(layer_)), N_});
-  const MatrixView hidden = as_matrix(s.hidden, R, H_), out = as_matrix(s.out, R, A_);
-  gemm(Trans::N, Trans::T, 1.f, as_const(h), as_const(p.weight(layer_ + 1)), 0.f, hidden);
-  kernels::bias_act<ExecSpace>(exec, hidden, as_const(p.bias(layer_ + 1)), true);
-  gemm(Trans::N, Trans::T, 1.f, as_const(hidden), as_const(p.weight(layer_ + 2)), 0.f, out);
-  kernels::bias_act<ExecSpace>(exec, out, as_const(p.bias(layer_ + 2)), false);
+  const float* cos_online = cos_.data();
+  const float* cos_target = cos_.data() + std::size_t(R) * E_;
+  embed_ = GemmBatch(Trans::N, Trans::T, R, F_, E_, 1.f, 0.f,
+                     {{cos_online, on.weight(layer_).data(), online_.phi.data()},
+                      {cos_target, tg.weight(layer_).data(), target_.phi.data()}});
+  hidden_ = GemmBatch(Trans::N, Trans::T, R, H_, F_, 1.f, 0.f,
+                      {{online_.h.data(), on.weight(layer_ + 1).data(), online_.hidden.data()},
+                       {target_.h.data(), tg.weight(layer_ + 1).data(), target_.hidden.data()}});
+  hidden_bias_ = kernels::BiasActLaunch<ExecSpace>({{online_.hidden.data(), on.bias(layer_ + 1).data(), H_, 1},
+                                                    {target_.hidden.data(), tg.bias(layer_ + 1).data(), H_, 1}},
+                                                   R);
+  quantiles_ = GemmBatch(Trans::N, Trans::T, R, A_, H_, 1.f, 0.f,
+                         {{online_.hidden.data(), on.weight(layer_ + 2).data(), online_.out.data()},
+                          {target_.hidden.data(), tg.weight(layer_ + 2).data(), target_.out.data()}});
+  quantile_bias_ = kernels::BiasActLaunch<ExecSpace>({{online_.out.data(), on.bias(layer_ + 2).data(), A_, 0},
+                                                      {target_.out.data(), tg.bias(layer_ + 2).data(), A_, 0}},
+                                                     R);
+  const ParamBuffer& g = out_.grad;
+  head_sums_ = kernels::ColumnSumLaunch<ExecSpace>(
+      {{d_out_.data(), 0, 1, nullptr, nullptr, g.bias(layer_ + 2).data(), A_},
+       {d_hidden_.data(), 0, 1, online_.hidden.data(), d_hidden_.data(), g.bias(layer_ + 1).data(), H_}},
+      R);
+  embed_sums_ = kernels::ColumnSumLaunch<ExecSpace>({{d_phi_.data(), 0, 1, nullptr, nullptr, g.bias(layer_).data(), F_}}, R);
+  trunk_ = std::make_unique<BackwardPlan>(net, on, batch.states(), online, std::vector<HeadSetGrads>{}, out_.g, g);
 }
 
 void IqnHead::enqueue(const ExecSpace& exec, const Gemm& gemm, const Network& net, const ParamBuffer& online_params,
@@ -65,12 +84,24 @@ void IqnHead::enqueue(const ExecSpace& exec, const Gemm& gemm, const Network& ne
   const Config& c = config_;
   const int R = B_ * N_, T = static_cast<int>(c.trunk.size());
   require(batch.size == B_, "IqnHead: batch of ", batch.size, "; this head was built for ", B_);
+  const void* key[4] = {&online_params, &target_params, &online, &batch};
+  if (!trunk_ || !std::equal(key, key + 4, planned_for_)) {
+    plan(net, online_params, target_params, online, batch);
+    std::copy(key, key + 4, planned_for_);
+  }
   kernels::iqn_sample(exec, counter_, tau_, cos_, seed_, R);
-  const ConstMatrixView cos_online(cos_.data(), R, E_), cos_target(cos_.data() + std::size_t(R) * E_, R, E_);
+  const ConstMatrixView cos_online(cos_.data(), R, E_);
   const ConstMatrixView features(online.trunk[T - 1].data(), B_, F_);
   const ConstMatrixView next_features(target.trunk[T - 1].data(), B_, F_);
-  forward_side(exec, gemm, online_params, cos_online, features, online_);
-  forward_side(exec, gemm, target_params, cos_target, next_features, target_);
+  gemm(embed_);
+  for (auto [side, f, p] : {std::make_tuple(&online_, features, &online_params),
+                            std::make_tuple(&target_, next_features, &target_params)})
+    kernels::iqn_modulate<ExecSpace>(exec, {as_matrix(side->phi, R, F_), as_matrix(side->h, R, F_), f,
+                                            as_const(p->bias(layer_)), N_});
+  gemm(hidden_);
+  hidden_bias_(exec);
+  gemm(quantiles_);
+  quantile_bias_(exec);
 
   kernels::IqnLoss<ExecSpace> f;
   f.quantiles = ConstMatrixView(online_.out.data(), R, A_);
@@ -95,19 +126,17 @@ void IqnHead::enqueue(const ExecSpace& exec, const Gemm& gemm, const Network& ne
   const ParamBuffer& p = online_params;
   const ConstMatrixView hidden(online_.hidden.data(), R, H_), h(online_.h.data(), R, F_), phi(online_.phi.data(), R, F_);
   gemm(Trans::T, Trans::N, 1.f, as_const(d_out), hidden, 0.f, g.weight(layer_ + 2));
-  kernels::column_sum<ExecSpace>(exec, as_const(d_out), g.bias(layer_ + 2));
   const MatrixView dh = as_matrix(d_hidden_, R, H_);
   gemm(Trans::N, Trans::N, 1.f, as_const(d_out), as_const(p.weight(layer_ + 2)), 0.f, dh);
-  kernels::relu_backward<ExecSpace>(exec, dh, hidden);
+  head_sums_(exec);  // iqn.1's bias; dh through the ReLU mask and iqn.0's bias
   gemm(Trans::T, Trans::N, 1.f, as_const(dh), h, 0.f, g.weight(layer_ + 1));
-  kernels::column_sum<ExecSpace>(exec, as_const(dh), g.bias(layer_ + 1));
   const MatrixView d_h = as_matrix(d_h_, R, F_), d_phi = as_matrix(d_phi_, R, F_);
   gemm(Trans::N, Trans::N, 1.f, as_const(dh), as_const(p.weight(layer_ + 1)), 0.f, d_h);
   kernels::iqn_modulate_backward<ExecSpace>(
       exec, {as_const(d_h), phi, features, d_phi, as_matrix(out_.g.d_trunk[T - 1], B_, F_), N_});
   gemm(Trans::T, Trans::N, 1.f, as_const(d_phi), cos_online, 0.f, g.weight(layer_));
-  kernels::column_sum<ExecSpace>(exec, as_const(d_phi), g.bias(layer_));
-  net.backward_trunk(exec, gemm, p, batch.states(), online, out_.g, g);
+  embed_sums_(exec);
+  trunk_->enqueue(exec, gemm);
   kernels::global_grad_norm(exec, ConstDeviceFloats(g.flat()), out_.norm);
 }
 

@@ -4,9 +4,12 @@
 // at C51's double-DQN action; its gradient (head and trunk) in its own buffer and that norm.
 #pragma once
 #include <cstdint>
+#include <memory>
 
 #include "auxiliary.hpp"
 #include "batch.hpp"
+#include "kernels/dense_batch.hpp"
+#include "network_plan.hpp"
 
 namespace zs {
 
@@ -32,8 +35,10 @@ class IqnHead {
   struct Side {
     DeviceFloats phi, h, hidden, out;
   };
-  void forward_side(const ExecSpace& exec, const Gemm& gemm, const ParamBuffer& p, const ConstMatrixView& cosines,
-                    const ConstMatrixView& features, Side& s) const;
+  // The batched launches below, for these buffers; made at the first enqueue (outside any
+  // capture: the trainer's first step runs directly) and again only if the buffers change.
+  void plan(const Network& net, const ParamBuffer& online_params, const ParamBuffer& target_params,
+            const Activations& online, const DeviceBatch& batch);
 
   Config config_;
   int B_, N_, E_, F_, H_, A_, layer_;
@@ -45,6 +50,13 @@ class IqnHead {
   Side online_, target_;
   DeviceFloats out_online_;
   DeviceFloats d_out_, d_hidden_, d_h_, d_phi_;
+  // Online and target sides through each layer together; the head's bias gradients (and the
+  // hidden ReLU mask) in two column-sum launches; the trunk as a BackwardPlan.
+  GemmBatch embed_, hidden_, quantiles_;
+  kernels::BiasActLaunch<ExecSpace> hidden_bias_, quantile_bias_;
+  kernels::ColumnSumLaunch<ExecSpace> head_sums_, embed_sums_;
+  std::unique_ptr<BackwardPlan> trunk_;
+  const void* planned_for_[4] = {nullptr, nullptr, nullptr, nullptr};
 };
 
 }  // namespace zs
