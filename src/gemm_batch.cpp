@@ -2,6 +2,7 @@
 
 #include "backends/gemm.hpp"
 #include "error.hpp"
+#include "host_copy.hpp"
 
 namespace zs {
 
@@ -11,15 +12,13 @@ GemmBatch::GemmBatch(Trans ta_, Trans tb_, int m_, int n_, int k_, float alpha_,
   require(!entries.empty(), "GemmBatch: 0 products given; expected at least 1");
   require(m >= 1 && n >= 1 && k >= 1, "GemmBatch: m, n, k = ", m, ", ", n, ", ", k, "; expected each >= 1");
   auto table = [&](const std::string& label, auto pick) {
-    Kokkos::View<std::uintptr_t*, MemSpace> t(label, entries.size());
-    auto h = Kokkos::create_mirror_view(t);
+    std::vector<std::uintptr_t> t;
     for (std::size_t i = 0; i < entries.size(); ++i) {
       const void* p = pick(entries[i]);
       require(p != nullptr, "GemmBatch: product ", i, " has a null ", label, " pointer; expected a matrix");
-      h(i) = reinterpret_cast<std::uintptr_t>(p);
+      t.push_back(reinterpret_cast<std::uintptr_t>(p));
     }
-    Kokkos::deep_copy(t, h);
-    return t;
+    return device_table<MemSpace>(label, t);
   };
   a_table = table("zs::gemm_batch::a", [](const GemmEntry& e) -> const void* { return e.a; });
   b_table = table("zs::gemm_batch::b", [](const GemmEntry& e) -> const void* { return e.b; });

@@ -1,6 +1,7 @@
 // Blocking copies between a device View and a std::vector (element-wise static_cast), for
 // checkpoints, tools and tests' set-up — never inside a step.
 #pragma once
+#include <string>
 #include <vector>
 
 #include "backends/backend.hpp"
@@ -29,6 +30,17 @@ void upload(const View& v, const std::vector<T>& data) {
   for (std::size_t i = 0; i < data.size(); ++i)
     h.data()[i] = static_cast<typename View::non_const_value_type>(data[i]);
   Kokkos::deep_copy(v, h);
+}
+
+// A table the kernels read (descriptors, pointers), made once from host values: a new View of
+// the vector's length in memory space Mem, filled by one blocking copy.
+template <class Mem, class T>
+Kokkos::View<T*, Mem> device_table(const std::string& label, const std::vector<T>& host) {
+  Kokkos::View<T*, Mem> t(label, host.size());
+  auto h = Kokkos::create_mirror_view(t);
+  for (std::size_t i = 0; i < host.size(); ++i) h(i) = host[i];
+  Kokkos::deep_copy(t, h);
+  return t;
 }
 
 }  // namespace zs

@@ -8,6 +8,7 @@
 
 #include "backends/backend.hpp"
 #include "error.hpp"
+#include "host_copy.hpp"
 
 namespace zs::kernels {
 
@@ -40,15 +41,12 @@ class BiasActLaunch {
   BiasActLaunch(const std::vector<BiasActEntry>& entries, int rows) : rows_(rows) {
     require(!entries.empty() && rows >= 1, "BiasActLaunch: ", entries.size(), " entries of ", rows,
             " rows; expected at least one entry of at least one row");
-    table_ = Kokkos::View<BiasActEntry*, typename Exec::memory_space>(std::string("zs::bias_act_batch"), entries.size());
-    auto h = Kokkos::create_mirror_view(table_);
     for (std::size_t i = 0; i < entries.size(); ++i) {
       require(entries[i].y && entries[i].b && entries[i].cols >= 1, "BiasActLaunch: entry ", i,
               " has a null matrix or bias, or ", entries[i].cols, " columns; expected both and >= 1 column");
-      h(i) = entries[i];
       if (entries[i].cols > max_cols_) max_cols_ = entries[i].cols;
     }
-    Kokkos::deep_copy(table_, h);
+    table_ = device_table<typename Exec::memory_space>("zs::bias_act_batch", entries);
   }
   void operator()(const Exec& exec) const {
     using Policy = Kokkos::MDRangePolicy<Exec, Kokkos::Rank<3>>;
@@ -165,22 +163,16 @@ class ColumnSumLaunch {
     constexpr bool host = Kokkos::SpaceAccessibility<Kokkos::HostSpace, typename Exec::memory_space>::accessible;
     block_rows_ = block_rows > 0 ? block_rows : host ? rows : 128;
     blocks_ = (rows + block_rows_ - 1) / block_rows_;
-    table_ = Kokkos::View<ColumnSumEntry*, typename Exec::memory_space>(std::string("zs::column_sum_batch"), entries.size());
-    auto h = Kokkos::create_mirror_view(table_);
     std::vector<ColumnChunk> chunks;
     for (std::size_t i = 0; i < entries.size(); ++i) {
       const ColumnSumEntry& e = entries[i];
       require(e.parts && e.db && e.cols >= 1 && e.n_parts >= 1, "ColumnSumLaunch: entry ", i,
               " has a null gradient or output, ", e.cols, " columns or ", e.n_parts,
               " parts; expected both pointers and >= 1 of each");
-      h(i) = e;
       for (int c = 0; c < e.cols; c += kColumnChunk) chunks.push_back({static_cast<int>(i), c});
     }
-    Kokkos::deep_copy(table_, h);
-    chunks_ = Kokkos::View<ColumnChunk*, typename Exec::memory_space>(std::string("zs::column_sum_chunks"), chunks.size());
-    auto hc = Kokkos::create_mirror_view(chunks_);
-    for (std::size_t i = 0; i < chunks.size(); ++i) hc(i) = chunks[i];
-    Kokkos::deep_copy(chunks_, hc);
+    table_ = device_table<typename Exec::memory_space>("zs::column_sum_batch", entries);
+    chunks_ = device_table<typename Exec::memory_space>("zs::column_sum_chunks", chunks);
     partials_ = Kokkos::View<float*, typename Exec::memory_space>(std::string("zs::column_sum_partials"),
                                                                  blocks_ > 1 ? chunks.size() * blocks_ * kColumnChunk : 1);
     done_ = Kokkos::View<int*, typename Exec::memory_space>(std::string("zs::column_sum_done"), chunks.size());

@@ -38,6 +38,7 @@
 
 #include "backends/backend.hpp"
 #include "error.hpp"
+#include "host_copy.hpp"
 #include "kernels/math.hpp"
 
 namespace zs::kernels {
@@ -205,16 +206,6 @@ struct SpectralNormPlan {
   Kokkos::View<double*, Mem> u_raw;     // pass 2 → 3: W v at u's offsets, the u/v buffer's layout
 };
 
-namespace detail {
-template <class T, class Mem>
-Kokkos::View<const T*, Mem> upload_table(const std::vector<T>& h, const std::string& label) {
-  Kokkos::View<T*, Mem> d(label, h.size());
-  auto m = Kokkos::create_mirror_view(d);
-  for (std::size_t i = 0; i < h.size(); ++i) m(i) = h[i];
-  Kokkos::deep_copy(d, m);
-  return d;
-}
-}  // namespace detail
 
 template <class Exec>
 SpectralNormPlan<typename Exec::memory_space> make_spectral_norm_plan(
@@ -227,13 +218,11 @@ SpectralNormPlan<typename Exec::memory_space> make_spectral_norm_plan(
   p.geometry = geometry;
   p.staged_cols = t.staged_cols;
   p.matrices =
-      detail::upload_table<SpectralNormMatrix, Mem>(t.matrices, "zs::spectral_norm::matrices");
-  p.column_chunks = detail::upload_table<SpectralNormChunk, Mem>(
-      t.column_chunks, "zs::spectral_norm::column_chunks");
+      device_table<Mem>("zs::spectral_norm::matrices", t.matrices);
+  p.column_chunks = device_table<Mem>("zs::spectral_norm::column_chunks", t.column_chunks);
   p.row_chunks =
-      detail::upload_table<SpectralNormChunk, Mem>(t.row_chunks, "zs::spectral_norm::row_chunks");
-  p.element_chunks = detail::upload_table<SpectralNormChunk, Mem>(
-      t.element_chunks, "zs::spectral_norm::element_chunks");
+      device_table<Mem>("zs::spectral_norm::row_chunks", t.row_chunks);
+  p.element_chunks = device_table<Mem>("zs::spectral_norm::element_chunks", t.element_chunks);
   p.partials = Kokkos::View<double*, Mem>(std::string("zs::spectral_norm::partials"),
                                           static_cast<std::size_t>(t.partials_size));
   p.u_raw = Kokkos::View<double*, Mem>(std::string("zs::spectral_norm::u_raw"),
