@@ -1,7 +1,6 @@
 #include "network_plan.hpp"
 
 #include <map>
-#include <set>
 
 #include "kernels/dense.hpp"
 #include "kernels/dense_batch.hpp"
@@ -137,7 +136,6 @@ void ForwardPlan::add_heads(const Network& net, const std::vector<HeadPass>& pas
   }
   // Every head set has the same widths, so the groups of the first one hold for all.
   const std::vector<Head> first = heads_of(net, passes[0].set);
-  std::vector<BiasActEntry> out_bias;
   for (const auto& group : by_width(first)) {
     std::vector<GemmEntry> g;
     for (const HeadPass& x : passes) {
@@ -146,22 +144,26 @@ void ForwardPlan::add_heads(const Network& net, const std::vector<HeadPass>& pas
     }
     ops_.push_back(gemm_op(GemmBatch(Trans::N, Trans::T, R, first[group[0]].width, H, 1.f, 0.f, g)));
   }
-  for (const HeadPass& x : passes)
-    for (const Head& h : heads_of(net, x.set)) out_bias.push_back({out_of(x, h), x.params->bias(h.out).data(), h.width, 0});
-  kernels::BiasActLaunch<ExecSpace> bias(out_bias, R);
-  ops_.push_back([bias](const ExecSpace& exec, const Gemm&) { bias(exec); });
-
-  std::set<const float*> seen;
+  // The dueling/log-softmax of every pass in one launch, which also adds the output layers'
+  // biases as it forms the logits.
+  std::vector<kernels::DuelingEntry> duel;
+  std::vector<const float*> branch_biases;
   for (const HeadPass& x : passes) {
-    if (!seen.insert(x.acts.logp.data()).second) continue;
-    const auto table = net.table();
-    const ConstMatrixView value(x.acts.value_out.data(), x.acts.rows, c.atoms);
-    const kernels::ConstVec<ExecSpace> branch(x.acts.branch_out.data(), x.acts.branch_out.extent(0));
-    const LogProbs logp = x.acts.logp;
-    ops_.push_back([value, branch, logp, table](const ExecSpace& exec, const Gemm&) {
-      kernels::dueling_log_softmax<ExecSpace>(exec, value, branch, logp, table);
-    });
+    const std::vector<Head> heads = heads_of(net, x.set);
+    kernels::DuelingEntry e;
+    e.value = x.acts.value_out.data();
+    e.branch_out = x.acts.branch_out.data();
+    e.logp = x.acts.logp.data();
+    e.total_rows = x.acts.rows;
+    e.row0 = x.row0;
+    e.rows = R;
+    e.value_bias = x.params->bias(heads[0].out).data();
+    e.branch_bias = static_cast<int>(branch_biases.size());
+    for (std::size_t i = 1; i < heads.size(); ++i) branch_biases.push_back(x.params->bias(heads[i].out).data());
+    duel.push_back(e);
   }
+  kernels::DuelingLaunch<ExecSpace> dueling(duel, branch_biases, net.table(), c.atoms);
+  ops_.push_back([dueling](const ExecSpace& exec, const Gemm&) { dueling(exec); });
 }
 
 void ForwardPlan::enqueue(const ExecSpace& exec, const Gemm& gemm) const {

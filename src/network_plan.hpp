@@ -3,7 +3,9 @@
 // per head (~80 graph nodes for the step's three passes); here every pass (the online net on s
 // and s′, the target net on s′) goes through a dense layer together, and all heads of a layer
 // together, so the same work is ~25 launches. Results equal Network's to rounding (sums run
-// in another order); tests/network_plan_test.cpp checks that.
+// in another order); tests/network_plan_test.cpp checks that. One difference a reader of the
+// activations sees: a plan leaves value_out and branch_out before their biases, which the
+// dueling kernel adds as it forms the logits (log-probabilities are the same).
 #pragma once
 #include <functional>
 #include <vector>
@@ -31,7 +33,7 @@ class ForwardPlan {
               const std::vector<std::pair<HeadSet, HeadActs>>& sets);
   // Enqueues the passes; no allocation, no sync.
   void enqueue(const ExecSpace& exec, const Gemm& gemm) const;
-  // Launches enqueue() makes (GEMM batches, bias kernels, dueling heads).
+  // Launches enqueue() makes (GEMM batches, bias kernels, the dueling heads).
   int launches() const { return static_cast<int>(ops_.size()); }
 
  private:

@@ -2,9 +2,12 @@
 // (q_k[a][j] = v[j] + o_k[a][j] − mean_a o_k[a][j]), then log-softmax over atoms.
 #pragma once
 #include <cmath>
+#include <cstdint>
+#include <vector>
 
 #include "backends/backend.hpp"
 #include "error.hpp"
+#include "host_copy.hpp"
 
 namespace zs::kernels {
 
@@ -23,6 +26,28 @@ struct BranchTable {
   }
 };
 
+// The log-softmax over atoms of one (row, action) on a team thread's vector lanes (a warp on
+// CUDA: the max and the sum are shuffles, no team barrier). logit(j) gives the dueling logit;
+// out(j) is where log p_j goes. The logits are stored first and become log-probabilities in
+// place; each lane reads back only the atoms it wrote.
+template <class Member, class Logit, class Out>
+KOKKOS_INLINE_FUNCTION void log_softmax_atoms(const Member& team, int atoms, const Logit& logit, const Out& out) {
+  float mx = 0.f;
+  Kokkos::parallel_reduce(
+      Kokkos::ThreadVectorRange(team, atoms),
+      [&](const int j, float& m) {
+        const float l = logit(j);
+        out(j) = l;
+        if (l > m) m = l;  // a NaN logit never wins here; it poisons the sum below instead
+      },
+      Kokkos::Max<float>(mx));
+  float s = 0.f;
+  Kokkos::parallel_reduce(
+      Kokkos::ThreadVectorRange(team, atoms), [&](const int j, float& acc) { acc += ::expf(out(j) - mx); }, s);
+  const float lse = mx + ::logf(s);
+  Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, atoms), [&](const int j) { out(j) -= lse; });
+}
+
 template <class Exec>
 struct DuelingLogSoftmax {
   using MS = typename Exec::memory_space;
@@ -33,9 +58,7 @@ struct DuelingLogSoftmax {
   BranchTable<Exec> table;
   int pairs_per_team = 1;
 
-  // A team thread per (row, action), its vector lanes over atoms (a warp on CUDA: the max and
-  // the sum are warp shuffles, no team barrier). The logits go into logp first, then become
-  // log-probabilities in place; each lane reads back only the atoms it wrote.
+  // A team thread per (row, action), its vector lanes over atoms.
   KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
     const int rows = static_cast<int>(logp.extent(0)), actions = static_cast<int>(logp.extent(1));
     const int atoms = static_cast<int>(logp.extent(2));
@@ -44,26 +67,109 @@ struct DuelingLogSoftmax {
       if (pair >= rows * actions) return;
       const int r = pair / actions, g = pair % actions;
       const int k = table.branch_of(g), a = g - table.cum(k), n = table.cum(k + 1) - table.cum(k);
-      float mx = 0.f;
-      Kokkos::parallel_reduce(
-          Kokkos::ThreadVectorRange(team, atoms),
-          [&](const int j, float& m) {
+      log_softmax_atoms(
+          team, atoms,
+          [&](const int j) {
             float mean = 0.f;
             for (int b = 0; b < n; ++b) mean += branch_out(table.index(rows, atoms, k, r, b, j));
-            const float l =
-                value(r, j) + branch_out(table.index(rows, atoms, k, r, a, j)) - mean / static_cast<float>(n);
-            logp(r, g, j) = l;
-            if (l > m) m = l;  // a NaN logit never wins here; it poisons the sum below instead
+            return value(r, j) + branch_out(table.index(rows, atoms, k, r, a, j)) - mean / static_cast<float>(n);
           },
-          Kokkos::Max<float>(mx));
-      float s = 0.f;
-      Kokkos::parallel_reduce(
-          Kokkos::ThreadVectorRange(team, atoms), [&](const int j, float& acc) { acc += ::expf(logp(r, g, j) - mx); },
-          s);
-      const float lse = mx + ::logf(s);
-      Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, atoms), [&](const int j) { logp(r, g, j) -= lse; });
+          [&](const int j) -> float& { return logp(r, g, j); });
     });
   }
+};
+
+// One block of rows for DuelingBatch: rows [row0, row0 + rows) of a head set's buffers, which
+// hold total_rows rows. The output layers' biases are added here, as each logit is formed, so
+// no separate pass over the outputs is needed; null biases add nothing.
+struct DuelingEntry {
+  const float* value = nullptr;       // [total_rows, atoms], before the bias
+  const float* branch_out = nullptr;  // flat, BranchTable layout for total_rows, before the biases
+  float* logp = nullptr;              // [total_rows, A, atoms]
+  int total_rows = 0, row0 = 0, rows = 0;
+  const float* value_bias = nullptr;  // [atoms]
+  int branch_bias = -1;               // first of this entry's K pointers in the bias table; −1: none
+};
+
+template <class Exec>
+struct DuelingBatch {
+  using MS = typename Exec::memory_space;
+  using Member = typename Kokkos::TeamPolicy<Exec>::member_type;
+  Kokkos::View<const DuelingEntry*, MS> entries;
+  Kokkos::View<const std::uintptr_t*, MS> branch_biases;  // per entry, K pointers: branch k's [n_k·atoms]
+  BranchTable<Exec> table;
+  int atoms = 0, max_rows = 0, pairs_per_team = 1;
+
+  // A team thread per (entry, row, action), its vector lanes over atoms.
+  KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
+    const int A = table.actions, per_entry = max_rows * A;
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, pairs_per_team), [&](const int t) {
+      const int pair = team.league_rank() * pairs_per_team + t;
+      const int e = pair / per_entry, local = pair % per_entry, row = local / A, g = local % A;
+      if (e >= static_cast<int>(entries.extent(0))) return;
+      const DuelingEntry x = entries(e);
+      if (row >= x.rows) return;
+      const int r = x.row0 + row, R = x.total_rows;
+      const int k = table.branch_of(g), a = g - table.cum(k), n = table.cum(k + 1) - table.cum(k);
+      const float* const bb =
+          x.branch_bias < 0 ? nullptr : reinterpret_cast<const float*>(branch_biases(x.branch_bias + k));
+      // Bias first, as the GEMM's own bias pass would have: the same float operations.
+      auto out_k = [&](int b, int j) {
+        const float o = x.branch_out[table.index(R, atoms, k, r, b, j)];
+        return bb ? o + bb[b * atoms + j] : o;
+      };
+      log_softmax_atoms(
+          team, atoms,
+          [&](const int j) {
+            float mean = 0.f;
+            for (int b = 0; b < n; ++b) mean += out_k(b, j);
+            const float v = x.value[static_cast<std::size_t>(r) * atoms + j];
+            return (x.value_bias ? v + x.value_bias[j] : v) + out_k(a, j) - mean / static_cast<float>(n);
+          },
+          [&](const int j) -> float& { return x.logp[(static_cast<std::size_t>(r) * A + g) * atoms + j]; });
+    });
+  }
+};
+
+// A prepared launch of DuelingBatch over every entry; tables go to the device once, here.
+template <class Exec>
+class DuelingLaunch {
+ public:
+  DuelingLaunch() = default;
+  // branch_biases: per entry with branch_bias >= 0, K pointers from that index on.
+  DuelingLaunch(const std::vector<DuelingEntry>& entries, const std::vector<const float*>& branch_biases,
+                const BranchTable<Exec>& table, int atoms)
+      : table_(table), atoms_(atoms) {
+    require(!entries.empty() && atoms >= 1, "DuelingLaunch: ", entries.size(), " entries of ", atoms,
+            " atoms; expected at least one entry and one atom");
+    std::vector<std::uintptr_t> biases;
+    for (const float* b : branch_biases) biases.push_back(reinterpret_cast<std::uintptr_t>(b));
+    if (biases.empty()) biases.push_back(0);
+    for (std::size_t i = 0; i < entries.size(); ++i) {
+      const DuelingEntry& e = entries[i];
+      require(e.value && e.branch_out && e.logp && e.rows >= 1 && e.row0 >= 0 && e.row0 + e.rows <= e.total_rows &&
+                  e.branch_bias + table.branches <= static_cast<int>(branch_biases.size()),
+              "DuelingLaunch: entry ", i, " covers rows ", e.row0, "..", e.row0 + e.rows, " of ", e.total_rows,
+              " (bias index ", e.branch_bias, "); expected buffers, rows inside and K bias pointers");
+      if (e.rows > max_rows_) max_rows_ = e.rows;
+    }
+    entries_ = device_table<typename Exec::memory_space>("zs::dueling_batch", entries);
+    biases_ = device_table<typename Exec::memory_space>("zs::dueling_batch::biases", biases);
+  }
+  void operator()(const Exec& exec) const {
+    constexpr bool host = Kokkos::SpaceAccessibility<Kokkos::HostSpace, typename Exec::memory_space>::accessible;
+    const int per_team = host ? 16 : 8, vector = host ? 1 : 32;
+    const int pairs = static_cast<int>(entries_.extent(0)) * max_rows_ * table_.actions;
+    const int teams = (pairs + per_team - 1) / per_team;
+    Kokkos::parallel_for("zs::dueling_batch", Kokkos::TeamPolicy<Exec>(exec, teams, host ? 1 : per_team, vector),
+                         DuelingBatch<Exec>{entries_, biases_, table_, atoms_, max_rows_, per_team});
+  }
+
+ private:
+  Kokkos::View<DuelingEntry*, typename Exec::memory_space> entries_;
+  Kokkos::View<std::uintptr_t*, typename Exec::memory_space> biases_;
+  BranchTable<Exec> table_;
+  int atoms_ = 0, max_rows_ = 0;
 };
 
 template <class Exec>
