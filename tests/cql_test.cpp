@@ -24,16 +24,14 @@ using zs::test::ref_batch;
 }  // namespace
 
 TEST(CQL, LossAndEveryGradientMatchTheReferenceAndFiniteDifferences) {
-  const auto seed = zs::test::fresh_seed();
-  SCOPED_TRACE(testing::Message() << "seed " << seed);
-  const auto c = cql_config(seed, 0.7);
-  const int B = 12;  // enough rows that no small layer is dead for the whole batch
-  zs::TrainerOptions opt;
-  opt.batch_size = B;
-  zs::Trainer tr(c, opt);
-  const auto hb = zs::random_batch(c, B, seed + 1);
-  zs::upload(tr.stream().exec(), c, hb, tr.batch());
-  const auto p0 = as_double(zs::test::to_host(tr.online().flat()));
+  const int B = 12;
+  auto draw = zs::test::draw_for_gradient_check([](std::uint64_t s) { return cql_config(s, 0.7); }, B);
+  ASSERT_TRUE(draw.trainer);
+  SCOPED_TRACE(testing::Message() << "seed " << draw.seed << " (first drawn " << draw.first << ")");
+  const zs::Config& c = draw.config;
+  zs::Trainer& tr = *draw.trainer;
+  const auto& hb = draw.batch;
+  const auto& p0 = draw.p0;
   tr.step_direct();
   tr.synchronize();
   ASSERT_NE(tr.cql(), nullptr);

@@ -27,36 +27,15 @@ using zs::test::ref_batch;
 
 TEST(Ensemble, LossSpreadAndEveryGradientMatchTheReferenceAndFiniteDifferences) {
   for (int k : {1, 3}) {
-    const int B = 12;  // enough rows that a small layer is rarely dead for the whole batch
-    zs::TrainerOptions opt;
-    opt.batch_size = B;
-    // Redrawn while the double reference shows a ReLU layer dead for the whole batch (about one
-    // draw in 600: finite differences then find no gradient for that layer at all) or a near-tied
-    // double-DQN a* (the float step may pick the other, equally valid action: another target m).
-    const auto first = zs::test::fresh_seed();
-    std::uint64_t seed = first;
-    zs::Config c;
-    std::unique_ptr<zs::Trainer> trainer;
-    zs::HostBatch hb;
-    std::vector<double> p0, t0;
-    for (int attempt = 0;; ++attempt, ++seed) {
-      ASSERT_LT(attempt, 20) << "k " << k << ": the 20 draws from seed " << first
-                             << " on all had a dead layer or a near-tied a*";
-      trainer.reset();
-      c = ens_config(seed, k);
-      trainer = std::make_unique<zs::Trainer>(c, opt);
-      hb = zs::random_batch(c, B, seed + 1);
-      p0 = as_double(zs::test::to_host(trainer->online().flat()));
-      t0 = as_double(zs::test::to_host(trainer->target().flat()));
-      const zs::test::RefNet ref(c, trainer->layout());
-      const auto rb = ref_batch(hb);
-      const auto margin = ref.loss(p0, t0, rb).margin;
-      if (ref.least_live_layer(p0, rb.states, B) > 1e-4 && *std::min_element(margin.begin(), margin.end()) > 1e-5)
-        break;
-    }
-    SCOPED_TRACE(testing::Message() << "k " << k << " seed " << seed << " (first drawn " << first << ")");
-    zs::Trainer& tr = *trainer;
-    zs::upload(tr.stream().exec(), c, hb, tr.batch());
+    const int B = 12;
+    auto draw = zs::test::draw_for_gradient_check([&](std::uint64_t s) { return ens_config(s, k); }, B);
+    ASSERT_TRUE(draw.trainer);
+    SCOPED_TRACE(testing::Message() << "k " << k << " seed " << draw.seed << " (first drawn " << draw.first << ")");
+    const zs::Config& c = draw.config;
+    zs::Trainer& tr = *draw.trainer;
+    const auto& hb = draw.batch;
+    const auto& p0 = draw.p0;
+    const auto& t0 = draw.t0;
     tr.step_direct();
     tr.synchronize();
     ASSERT_NE(tr.ensemble(), nullptr);

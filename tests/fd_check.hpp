@@ -8,12 +8,15 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "batch.hpp"
 #include "network_reference.hpp"
 #include "param_layout.hpp"
+#include "test_util.hpp"
+#include "trainer.hpp"
 
 namespace zs::test {
 
@@ -30,6 +33,44 @@ inline RefBatch ref_batch(const HostBatch& hb) {
   rb.dones = as_double(hb.dones);
   rb.weights = as_double(hb.weights);
   return rb;
+}
+
+// A trainer and batch for a gradient check of a tiny test net, drawn from fresh seeds until
+// the double reference shows every ReLU layer alive for some row (a layer dead for the whole
+// batch has no gradient for finite differences to find: about one draw in several hundred) and
+// no double-DQN a* within 1e-5 of a tie (the float step may pick the other, equally valid
+// action, which changes C51's targets). At most 20 draws; `seed` is the one used.
+struct CheckDraw {
+  std::uint64_t seed = 0, first = 0;
+  Config config;
+  std::unique_ptr<Trainer> trainer;
+  HostBatch batch;
+  std::vector<double> p0, t0;  // online and target parameters before the step
+};
+
+inline CheckDraw draw_for_gradient_check(const std::function<Config(std::uint64_t)>& make_config, int B) {
+  CheckDraw d;
+  d.first = d.seed = fresh_seed();
+  TrainerOptions opt;
+  opt.batch_size = B;
+  for (int attempt = 0; attempt < 20; ++attempt, ++d.seed) {
+    d.trainer.reset();
+    d.config = make_config(d.seed);
+    d.trainer = std::make_unique<Trainer>(d.config, opt);
+    d.batch = random_batch(d.config, B, d.seed + 1);
+    d.p0 = as_double(to_host(d.trainer->online().flat()));
+    d.t0 = as_double(to_host(d.trainer->target().flat()));
+    const RefNet ref(d.config, d.trainer->layout());
+    const RefBatch rb = ref_batch(d.batch);
+    const auto margin = ref.loss(d.p0, d.t0, rb).margin;
+    if (ref.least_live_layer(d.p0, rb.states, B) > 1e-4 && *std::min_element(margin.begin(), margin.end()) > 1e-5) {
+      upload(d.trainer->stream().exec(), d.config, d.batch, d.trainer->batch());
+      return d;
+    }
+  }
+  ADD_FAILURE() << "the 20 draws from seed " << d.first << " all had a dead layer or a near-tied a*";
+  d.trainer.reset();
+  return d;
 }
 
 // `loss(p)` is the reference loss at flat parameters p; `grad` the device gradient at p0.

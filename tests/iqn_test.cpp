@@ -26,17 +26,17 @@ using zs::test::ref_batch;
 
 TEST(IQN, LossTauAndEveryGradientMatchTheReferenceAndFiniteDifferences) {
   for (double kappa : {1.0, 0.05}) {  // mostly quadratic, mostly linear Huber
-    const auto seed = zs::test::fresh_seed();
-    SCOPED_TRACE(testing::Message() << "kappa " << kappa << " seed " << seed);
-    const auto c = iqn_config(seed, kappa);
-    const int B = 12, N = c.iqn.n_tau;  // enough rows that no small layer is dead for the whole batch
-    zs::TrainerOptions opt;
-    opt.batch_size = B;
-    zs::Trainer tr(c, opt);
-    const auto hb = zs::random_batch(c, B, seed + 1);
-    zs::upload(tr.stream().exec(), c, hb, tr.batch());
-    const auto p0 = as_double(zs::test::to_host(tr.online().flat()));
-    const auto t0 = as_double(zs::test::to_host(tr.target().flat()));
+    const int B = 12;
+    auto draw = zs::test::draw_for_gradient_check([&](std::uint64_t s) { return iqn_config(s, kappa); }, B);
+    ASSERT_TRUE(draw.trainer);
+    SCOPED_TRACE(testing::Message() << "kappa " << kappa << " seed " << draw.seed << " (first drawn " << draw.first
+                                    << ")");
+    const zs::Config& c = draw.config;
+    const int N = c.iqn.n_tau;
+    zs::Trainer& tr = *draw.trainer;
+    const auto& hb = draw.batch;
+    const auto& p0 = draw.p0;
+    const auto& t0 = draw.t0;
     tr.step_direct();
     tr.synchronize();
     ASSERT_NE(tr.iqn(), nullptr);
