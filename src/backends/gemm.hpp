@@ -1,6 +1,7 @@
 // Dense matrix products for the network, on the step's stream. CUDA: cuBLAS with TF32 tensor
 // cores (FP32 in/out, FP32 accumulate) or exact FP32 for parity checks. Host: Kokkos Kernels
-// GEMM with OpenBLAS underneath. Matrices are row-major (LayoutRight), like the parameters.
+// GEMM with OpenBLAS underneath (batches: OpenBLAS directly, one product per core). Matrices are
+// row-major (LayoutRight), like the parameters.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -54,7 +55,8 @@ class Gemm {
   void operator()(Trans ta, Trans tb, float alpha, const GemmIn& a, const GemmIn& b, float beta,
                   const GemmOut& c) const;
 
-  // Every product of `batch`, enqueued as one launch on CUDA and as a loop on the host.
+  // Every product of `batch`: one launch on CUDA (long reductions one by one, so cuBLAS can
+  // split K); on the host, the products shared out over the cores.
   void operator()(const GemmBatch& batch) const;
 
   Precision precision() const { return precision_; }
