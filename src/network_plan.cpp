@@ -13,7 +13,7 @@ using kernels::BiasActEntry;
 using kernels::ColumnSumEntry;
 using Op = std::function<void(const ExecSpace&, const Gemm&)>;
 
-// One head of the main head set: its hidden layer, its output layer and that layer's width.
+// One head of a head set: its hidden layer, its output layer and that layer's width.
 struct Head {
   int hidden = 0, out = 0, width = 0;
   int branch = -1;                    // −1: the value stream

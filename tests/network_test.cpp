@@ -158,14 +158,20 @@ TEST(C51Loss, LossPrioritiesAndDoubleDqnActionMatchReference) {
       any_tie |= tie;
       // Relative 1e-5 plus 1e-6 absolute: a small L_i (a target mass the net already predicts) is a
       // difference of O(1) float terms, so its rounding is absolute, not relative to L_i.
-      if (!tie) EXPECT_NEAR(dev.priorities[i], ref.priorities[i], 1e-5 * std::abs(ref.priorities[i]) + 1e-6);
+      if (!tie) {
+        EXPECT_NEAR(dev.priorities[i], ref.priorities[i], 1e-5 * std::abs(ref.priorities[i]) + 1e-6);
+      }
     }
-    if (!any_tie) EXPECT_NEAR(dev.loss, ref.loss, 1e-5 * std::abs(ref.loss) + 1e-6);
+    if (!any_tie) {
+      EXPECT_NEAR(dev.loss, ref.loss, 1e-5 * std::abs(ref.loss) + 1e-6);
+    }
     // a* must match wherever the double reference's best action leads by more than float rounding;
     // on a near-tie either action is a correct argmax of the float Q values.
     ASSERT_EQ(dev.best.size(), ref.best.size());
     for (std::size_t i = 0; i < ref.best.size(); ++i)
-      if (ref.margin[i] > 1e-5) EXPECT_EQ(dev.best[i], ref.best[i]) << "sample/branch " << i << ", margin " << ref.margin[i];
+      if (ref.margin[i] > 1e-5) {
+        EXPECT_EQ(dev.best[i], ref.best[i]) << "sample/branch " << i << ", margin " << ref.margin[i];
+      }
   }
 }
 

@@ -179,7 +179,9 @@ void check_against_reference(const Reference& ref, const zs::Replay& r, const Ho
     SCOPED_TRACE(testing::Message() << "sample " << i);
     const std::int64_t j = o.idx[i];
     ASSERT_GE(j, 0);
-    if (i > 0) ASSERT_GE(j, o.idx[i - 1]) << "update_priorities relies on non-decreasing indices";
+    if (i > 0) {
+      ASSERT_GE(j, o.idx[i - 1]) << "update_priorities relies on non-decreasing indices";
+    }
     const long long row = j / N;
     const int e = static_cast<int>(j % N);
     const long long t = ref.step_in_row(row);
