@@ -1,7 +1,5 @@
 #include "cql.hpp"
 
-#include <algorithm>
-
 #include "kernels/cql.hpp"
 #include "kernels/grad_norm.hpp"
 
@@ -28,11 +26,8 @@ void CqlRegulariser::enqueue(const ExecSpace& exec, const Gemm& gemm, const Netw
   f.widest = 0;
   for (int n : c.branches) f.widest = n > f.widest ? n : f.widest;
   kernels::cql_loss(exec, f, out_.loss);
-  const void* key[3] = {&params, &online, &batch};
-  if (!backward_ || !std::equal(key, key + 3, planned_for_)) {
+  if (planned_for_.changed({&params, &online, &batch}))
     backward_ = std::make_unique<BackwardPlan>(net, params, batch.states(), online, out_.g, out_.grad);
-    std::copy(key, key + 3, planned_for_);
-  }
   backward_->enqueue(exec, gemm);
   kernels::global_grad_norm(exec, ConstDeviceFloats(out_.grad.flat()), out_.norm);
 }

@@ -20,10 +20,8 @@ class CqlRegulariser {
  private:
   Config config_;
   AuxOutputs out_;
-  // Made at the first enqueue (outside any capture: the trainer's first step runs directly)
-  // and again only if the buffers change.
   std::unique_ptr<BackwardPlan> backward_;
-  const void* planned_for_[3] = {nullptr, nullptr, nullptr};
+  PlanKey planned_for_;
 };
 
 }  // namespace zs

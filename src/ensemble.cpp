@@ -1,7 +1,5 @@
 #include "ensemble.hpp"
 
-#include <algorithm>
-
 #include "kernels/ensemble.hpp"
 #include "kernels/grad_norm.hpp"
 
@@ -31,8 +29,7 @@ void EnsembleHeads::enqueue(const ExecSpace& exec, const Gemm& gemm, const Netwo
   const Config& c = config_;
   const int B = batch.size, F = c.trunk.back(), T = static_cast<int>(c.trunk.size());
   const ConstMatrixView features(online.trunk[T - 1].data(), B, F);
-  const void* key[3] = {&params, &online, &batch};
-  if (!forward_ || !std::equal(key, key + 3, planned_for_)) {
+  if (planned_for_.changed({&params, &online, &batch})) {
     std::vector<std::pair<HeadSet, HeadActs>> sets;
     std::vector<HeadSetGrads> grads;
     for (int e = 0; e < members(); ++e) {
@@ -41,7 +38,6 @@ void EnsembleHeads::enqueue(const ExecSpace& exec, const Gemm& gemm, const Netwo
     }
     forward_ = std::make_unique<ForwardPlan>(net, params, features, sets);
     backward_ = std::make_unique<BackwardPlan>(net, params, batch.states(), online, grads, out_.g, out_.grad);
-    std::copy(key, key + 3, planned_for_);
   }
   forward_->enqueue(exec, gemm);
   kernels::EnsembleLoss<ExecSpace> f;

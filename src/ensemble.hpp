@@ -37,11 +37,10 @@ class EnsembleHeads {
   std::vector<Gradients> member_g_;  // out_.g with d_value_out / d_branch_out pointing at member e's slice
   Kokkos::View<float*, MemSpace> spread_;
   DeviceScalar<float> spread_mean_;
-  // The k head sets as batched launches; made at the first enqueue (outside any capture: the
-  // trainer's first step runs directly) and again only if the buffers change.
+  // The k head sets as batched launches.
   std::unique_ptr<ForwardPlan> forward_;
   std::unique_ptr<BackwardPlan> backward_;
-  const void* planned_for_[3] = {nullptr, nullptr, nullptr};
+  PlanKey planned_for_;
 };
 
 }  // namespace zs

@@ -1,6 +1,5 @@
 #include "iqn.hpp"
 
-#include <algorithm>
 #include <tuple>
 
 #include "kernels/dense.hpp"
@@ -84,11 +83,8 @@ void IqnHead::enqueue(const ExecSpace& exec, const Gemm& gemm, const Network& ne
   const Config& c = config_;
   const int R = B_ * N_, T = static_cast<int>(c.trunk.size());
   require(batch.size == B_, "IqnHead: batch of ", batch.size, "; this head was built for ", B_);
-  const void* key[4] = {&online_params, &target_params, &online, &batch};
-  if (!trunk_ || !std::equal(key, key + 4, planned_for_)) {
+  if (planned_for_.changed({&online_params, &target_params, &online, &batch}))
     plan(net, online_params, target_params, online, batch);
-    std::copy(key, key + 4, planned_for_);
-  }
   kernels::iqn_sample(exec, counter_, tau_, cos_, seed_, R);
   const ConstMatrixView cos_online(cos_.data(), R, E_);
   const ConstMatrixView features(online.trunk[T - 1].data(), B_, F_);

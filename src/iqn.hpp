@@ -35,8 +35,7 @@ class IqnHead {
   struct Side {
     DeviceFloats phi, h, hidden, out;
   };
-  // The batched launches below, for these buffers; made at the first enqueue (outside any
-  // capture: the trainer's first step runs directly) and again only if the buffers change.
+  // The batched launches below, for these buffers (see PlanKey).
   void plan(const Network& net, const ParamBuffer& online_params, const ParamBuffer& target_params,
             const Activations& online, const DeviceBatch& batch);
 
@@ -56,7 +55,7 @@ class IqnHead {
   kernels::BiasActLaunch<ExecSpace> hidden_bias_, quantile_bias_;
   kernels::ColumnSumLaunch<ExecSpace> head_sums_, embed_sums_;
   std::unique_ptr<BackwardPlan> trunk_;
-  const void* planned_for_[4] = {nullptr, nullptr, nullptr, nullptr};
+  PlanKey planned_for_;
 };
 
 }  // namespace zs

@@ -2,7 +2,6 @@
 
 #include <map>
 
-#include "kernels/dense.hpp"
 #include "kernels/dense_batch.hpp"
 
 namespace zs {

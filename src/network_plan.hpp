@@ -8,11 +8,27 @@
 // dueling kernel adds as it forms the logits (log-probabilities are the same).
 #pragma once
 #include <functional>
+#include <initializer_list>
 #include <vector>
 
 #include "network.hpp"
 
 namespace zs {
+
+// The buffers a lazily made plan was made for. An auxiliary makes its plans at its first
+// enqueue (the trainer's first step runs directly, outside any capture) and remakes them only
+// when handed other buffers: changed() says so, and remembers the new ones.
+class PlanKey {
+ public:
+  bool changed(std::initializer_list<const void*> buffers) {
+    if (std::vector<const void*>(buffers) == key_) return false;
+    key_ = buffers;
+    return true;
+  }
+
+ private:
+  std::vector<const void*> key_;
+};
 
 // One forward pass: params on `input` [rows, state_dim] into rows [row0, row0 + rows) of acts.
 struct ForwardPass {
