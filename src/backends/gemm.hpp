@@ -41,6 +41,14 @@ class GemmBatch {
   // Device copies of the a, b and c pointers, one table each (for cuBLAS' pointer-array API).
   Kokkos::View<std::uintptr_t*, MemSpace> a_table, b_table, c_table;
   int count() const { return static_cast<int>(entries.size()); }
+  // Stored widths (leading dimensions) of the row-major operands: A is [m, k] or, transposed,
+  // [k, m]; B is [k, n] or [n, k].
+  int lda() const { return ta == Trans::N ? k : m; }
+  int ldb() const { return tb == Trans::N ? n : k; }
+  // One product's operands as the views the single-product call takes.
+  GemmIn a_of(const GemmEntry& e) const { return GemmIn(e.a, ta == Trans::N ? m : k, lda()); }
+  GemmIn b_of(const GemmEntry& e) const { return GemmIn(e.b, tb == Trans::N ? k : n, ldb()); }
+  GemmOut c_of(const GemmEntry& e) const { return GemmOut(e.c, m, n); }
 };
 
 class Gemm {

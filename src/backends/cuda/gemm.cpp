@@ -20,6 +20,11 @@ namespace zs {
 namespace {
 // From this reduction length on, products of a batch run one by one (see below).
 constexpr int kSplitKBatchRows = 1024;
+
+cublasOperation_t op(Trans t) { return t == Trans::N ? CUBLAS_OP_N : CUBLAS_OP_T; }
+cublasComputeType_t compute(Precision p) {
+  return p == Precision::tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+}
 }  // namespace
 
 struct Gemm::Impl {
@@ -47,13 +52,9 @@ void Gemm::operator()(Trans ta, Trans tb, float alpha, const GemmIn& a, const Ge
   check_gemm_shapes(ta, tb, a, b, c);
   const int m = static_cast<int>(c.extent(0)), n = static_cast<int>(c.extent(1));
   const int k = static_cast<int>(ta == Trans::N ? a.extent(1) : a.extent(0));
-  const cublasOperation_t opa = ta == Trans::N ? CUBLAS_OP_N : CUBLAS_OP_T;
-  const cublasOperation_t opb = tb == Trans::N ? CUBLAS_OP_N : CUBLAS_OP_T;
-  const cublasComputeType_t compute =
-      precision_ == Precision::tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
-  ZS_CUBLAS_CHECK(cublasGemmEx(impl_->handle, opb, opa, n, m, k, &alpha, b.data(), CUDA_R_32F,
+  ZS_CUBLAS_CHECK(cublasGemmEx(impl_->handle, op(tb), op(ta), n, m, k, &alpha, b.data(), CUDA_R_32F,
                                static_cast<int>(b.extent(1)), a.data(), CUDA_R_32F,
-                               static_cast<int>(a.extent(1)), &beta, c.data(), CUDA_R_32F, n, compute,
+                               static_cast<int>(a.extent(1)), &beta, c.data(), CUDA_R_32F, n, compute(precision_),
                                CUBLAS_GEMM_DEFAULT));
 }
 
@@ -62,22 +63,15 @@ void Gemm::operator()(const GemmBatch& g) const {
   // would then run on a handful of blocks. Long reductions over small outputs and single
   // products go one by one.
   if (g.count() == 1 || (g.k >= kSplitKBatchRows && g.k >= 2 * std::max(g.m, g.n))) {
-    const int ar = g.ta == Trans::N ? g.m : g.k, ac = g.ta == Trans::N ? g.k : g.m;
-    const int br = g.tb == Trans::N ? g.k : g.n, bc = g.tb == Trans::N ? g.n : g.k;
-    for (const GemmEntry& e : g.entries)
-      (*this)(g.ta, g.tb, g.alpha, GemmIn(e.a, ar, ac), GemmIn(e.b, br, bc), g.beta, GemmOut(e.c, g.m, g.n));
+    for (const GemmEntry& e : g.entries) (*this)(g.ta, g.tb, g.alpha, g.a_of(e), g.b_of(e), g.beta, g.c_of(e));
     return;
   }
-  // Stored widths of the row-major operands: A is [m, k] or, transposed, [k, m]; B likewise.
-  const int lda = g.ta == Trans::N ? g.k : g.m, ldb = g.tb == Trans::N ? g.n : g.k;
-  const cublasOperation_t opa = g.ta == Trans::N ? CUBLAS_OP_N : CUBLAS_OP_T;
-  const cublasOperation_t opb = g.tb == Trans::N ? CUBLAS_OP_N : CUBLAS_OP_T;
-  const cublasComputeType_t compute =
-      precision_ == Precision::tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
   ZS_CUBLAS_CHECK(cublasGemmBatchedEx(
-      impl_->handle, opb, opa, g.n, g.m, g.k, &g.alpha, reinterpret_cast<const void* const*>(g.b_table.data()),
-      CUDA_R_32F, ldb, reinterpret_cast<const void* const*>(g.a_table.data()), CUDA_R_32F, lda, &g.beta,
-      reinterpret_cast<void* const*>(g.c_table.data()), CUDA_R_32F, g.n, g.count(), compute, CUBLAS_GEMM_DEFAULT));
+      impl_->handle, op(g.tb), op(g.ta), g.n, g.m, g.k, &g.alpha,
+      reinterpret_cast<const void* const*>(g.b_table.data()), CUDA_R_32F, g.ldb(),
+      reinterpret_cast<const void* const*>(g.a_table.data()), CUDA_R_32F, g.lda(), &g.beta,
+      reinterpret_cast<void* const*>(g.c_table.data()), CUDA_R_32F, g.n, g.count(), compute(precision_),
+      CUBLAS_GEMM_DEFAULT));
 }
 
 }  // namespace zs

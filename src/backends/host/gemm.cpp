@@ -38,7 +38,7 @@ void Gemm::operator()(const GemmBatch& g) const {
   // each is cut into row bands of C so that the cores finish together.
   const CBLAS_TRANSPOSE ta = g.ta == Trans::N ? CblasNoTrans : CblasTrans;
   const CBLAS_TRANSPOSE tb = g.tb == Trans::N ? CblasNoTrans : CblasTrans;
-  const int lda = g.ta == Trans::N ? g.k : g.m, ldb = g.tb == Trans::N ? g.n : g.k;
+  const int lda = g.lda(), ldb = g.ldb();
   const int count = g.count(), threads = omp_get_max_threads();
   const int bands = std::max(1, std::min((2 * threads + count - 1) / count, g.m / 16));
   const int band_rows = (g.m + bands - 1) / bands;
