@@ -72,13 +72,17 @@ class Network {
 
   // grad ← ∂loss/∂params from g.d_value_out and g.d_branch_out, for the first g.rows rows of
   // `acts` (whose input was `input`). Every gradient tensor is overwritten (none accumulated).
+  // One launch per layer and head: the step runs BackwardPlan instead, and the tests hold the
+  // plan to this path and this path to finite differences.
   void backward(const ExecSpace& exec, const Gemm& gemm, const ParamBuffer& params, const ConstMatrixView& input,
                 const Activations& acts, Gradients& g, const ParamBuffer& grad) const;
 
-  // The pieces of forward/backward, for the auxiliaries that share the trunk (issue 6).
+  // The layers of the main head set and of ensemble member e (network_plan.hpp takes these).
   HeadSet main_heads() const { return {value0_, branch0_}; }
   HeadSet ensemble_heads(int e) const { return {ensemble0_ + e * head_set_layers_, ensemble0_ + e * head_set_layers_ + 2}; }
-  // h ← head set `set` on `features` [h.rows, trunk.back()].
+
+ private:
+  // The pieces of forward/backward. h ← head set `set` on `features` [h.rows, trunk.back()].
   void forward_heads(const ExecSpace& exec, const Gemm& gemm, const ParamBuffer& params, const ConstMatrixView& features,
                      HeadSet set, HeadActs& h) const;
   // Gradients of head set `set` from g.d_value_out / g.d_branch_out (g.rows rows, the first rows of
@@ -92,7 +96,6 @@ class Network {
   void backward_trunk(const ExecSpace& exec, const Gemm& gemm, const ParamBuffer& params, const ConstMatrixView& input,
                       const Activations& acts, Gradients& g, const ParamBuffer& grad) const;
 
- private:
   // First float of branch k's [rows, n_k·atoms] block in a flat branch buffer (BranchTable).
   std::size_t branch_block(int rows, int k) const {
     return static_cast<std::size_t>(rows) * cum_host_[k] * config_.atoms;
