@@ -5,6 +5,7 @@
 #pragma once
 #include <benchmark/benchmark.h>
 
+#include "backends/profiler.hpp"
 #include "backends/timer.hpp"
 
 namespace zs::bench {
@@ -13,6 +14,12 @@ template <class F>
 void time_on_stream(benchmark::State& state, Stream& stream, F&& enqueue, int batch = 100) {
   for (int i = 0; i < 3; ++i) enqueue();  // warm-up: module load, scratch sizing, graph capture
   stream.synchronize();
+  // One call in the profiler's span: a kernel-by-kernel view of one step under
+  // `ncu --profile-from-start off` (scripts/gpu_run.sh, ZS_NCU_FILTER).
+  profiler_start();
+  enqueue();
+  stream.synchronize();
+  profiler_stop();
   StreamTimer timer(stream);
   double total_ms = 0;
   for (auto _ : state) {

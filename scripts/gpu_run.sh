@@ -42,6 +42,19 @@ if [ -z "${ZS_SKIP_TRAIN:-}" ]; then
   grep -E "solved|finished|environment steps,|wall" "$out/train.log"
   cp /tmp/zs-train-cartpole/eval.csv "$out/train-eval.csv" 2>/dev/null
 fi
+# Kernel by kernel: one step of each benchmark matching ZS_NCU_FILTER under Nsight Compute
+# (the benchmarks mark that step with profiler_start/stop), summed by tools/ncu_summary.py.
+if [ -n "${ZS_NCU_FILTER:-}" ]; then
+  ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+  : > "$out/ncu.md"
+  for b in $(./build/cuda/bin/zerosync_bench --benchmark_list_tests --benchmark_filter="$ZS_NCU_FILTER"); do
+    timeout 240 "$ncu" --profile-from-start off --graph-profiling node --clock-control none \
+      --metrics gpu__time_duration.sum --csv --log-file /tmp/zs-ncu.csv \
+      ./build/cuda/bin/zerosync_bench --benchmark_filter="^${b}\$" --benchmark_min_time=0.0001 > /dev/null 2>&1
+    python3 tools/ncu_summary.py /tmp/zs-ncu.csv "$b" >> "$out/ncu.md" 2>&1 || head -5 /tmp/zs-ncu.csv >> "$out/ncu.md"
+  done
+  grep -E "^## |^sum" "$out/ncu.md"
+fi
 [ -n "${ZS_SKIP_BENCH:-}" ] && exit 0
 timeout "${ZS_BENCH_TIMEOUT:-300}" ./build/cuda/bin/zerosync_bench --benchmark_min_time="${ZS_BENCH_MIN_TIME:-0.1}" \
   --benchmark_out="$out/bench.json" --benchmark_out_format=json \
