@@ -30,22 +30,29 @@ struct BranchTable {
 // CUDA: the max and the sum are shuffles, no team barrier). logit(j) gives the dueling logit;
 // out(j) is where log p_j goes. The logits are stored first and become log-probabilities in
 // place; each lane reads back only the atoms it wrote.
-template <class Member, class Logit, class Out>
-KOKKOS_INLINE_FUNCTION void log_softmax_atoms(const Member& team, int atoms, const Logit& logit, const Out& out) {
+// tmp(j) holds the logits in between (team scratch, or out itself).
+template <class Member, class Logit, class Tmp, class Out>
+KOKKOS_INLINE_FUNCTION void log_softmax_atoms(const Member& team, int atoms, const Logit& logit, const Tmp& tmp,
+                                              const Out& out) {
   float mx = 0.f;
   Kokkos::parallel_reduce(
       Kokkos::ThreadVectorRange(team, atoms),
       [&](const int j, float& m) {
         const float l = logit(j);
-        out(j) = l;
+        tmp(j) = l;
         if (l > m) m = l;  // a NaN logit never wins here; it poisons the sum below instead
       },
       Kokkos::Max<float>(mx));
   float s = 0.f;
   Kokkos::parallel_reduce(
-      Kokkos::ThreadVectorRange(team, atoms), [&](const int j, float& acc) { acc += ::expf(out(j) - mx); }, s);
+      Kokkos::ThreadVectorRange(team, atoms), [&](const int j, float& acc) { acc += ::expf(tmp(j) - mx); }, s);
   const float lse = mx + ::logf(s);
-  Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, atoms), [&](const int j) { out(j) -= lse; });
+  Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, atoms), [&](const int j) { out(j) = tmp(j) - lse; });
+}
+
+template <class Member, class Logit, class Out>
+KOKKOS_INLINE_FUNCTION void log_softmax_atoms(const Member& team, int atoms, const Logit& logit, const Out& out) {
+  log_softmax_atoms(team, atoms, logit, out, out);
 }
 
 template <class Exec>
@@ -98,19 +105,27 @@ struct DuelingBatch {
   Kokkos::View<const DuelingEntry*, MS> entries;
   Kokkos::View<const std::uintptr_t*, MS> branch_biases;  // per entry, K pointers: branch k's [n_k·atoms]
   BranchTable<Exec> table;
-  int atoms = 0, max_rows = 0, pairs_per_team = 1;
+  int atoms = 0, max_rows = 0, units_per_team = 1;
 
-  // A team thread per (entry, row, action), its vector lanes over atoms.
+  // Team scratch per unit: the value logits, the branch's action mean, one action's logits.
+  KOKKOS_INLINE_FUNCTION static std::size_t scratch_floats(int units, int atoms) { return static_cast<std::size_t>(units) * 3 * atoms; }
+
+  // A team thread per (entry, row, branch), its vector lanes over atoms: the value stream and
+  // the dueling mean are formed once per branch in scratch, then each action's log-softmax
+  // reads them back (Nsight: a thread per action re-reading every action for its mean was the
+  // step's slowest kernel at B = 4096). Each lane reads back only the atoms it wrote.
   KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
-    const int A = table.actions, per_entry = max_rows * A;
-    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, pairs_per_team), [&](const int t) {
-      const int pair = team.league_rank() * pairs_per_team + t;
-      const int e = pair / per_entry, local = pair % per_entry, row = local / A, g = local % A;
+    const int A = table.actions, K = table.branches, per_entry = max_rows * K;
+    float* const scratch =
+        static_cast<float*>(team.team_scratch(0).get_shmem(sizeof(float) * scratch_floats(units_per_team, atoms)));
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, units_per_team), [&](const int t) {
+      const int unit = team.league_rank() * units_per_team + t;
+      const int e = unit / per_entry, local = unit % per_entry, row = local / K, k = local % K;
       if (e >= static_cast<int>(entries.extent(0))) return;
       const DuelingEntry x = entries(e);
       if (row >= x.rows) return;
       const int r = x.row0 + row, R = x.total_rows;
-      const int k = table.branch_of(g), a = g - table.cum(k), n = table.cum(k + 1) - table.cum(k);
+      const int c0 = table.cum(k), n = table.cum(k + 1) - c0;
       const float* const bb =
           x.branch_bias < 0 ? nullptr : reinterpret_cast<const float*>(branch_biases(x.branch_bias + k));
       // Bias first, as the GEMM's own bias pass would have: the same float operations.
@@ -118,15 +133,22 @@ struct DuelingBatch {
         const float o = x.branch_out[table.index(R, atoms, k, r, b, j)];
         return bb ? o + bb[b * atoms + j] : o;
       };
-      log_softmax_atoms(
-          team, atoms,
-          [&](const int j) {
-            float mean = 0.f;
-            for (int b = 0; b < n; ++b) mean += out_k(b, j);
-            const float v = x.value[static_cast<std::size_t>(r) * atoms + j];
-            return (x.value_bias ? v + x.value_bias[j] : v) + out_k(a, j) - mean / static_cast<float>(n);
-          },
-          [&](const int j) -> float& { return x.logp[(static_cast<std::size_t>(r) * A + g) * atoms + j]; });
+      float* const value = scratch + static_cast<std::size_t>(t) * 3 * atoms;
+      float* const mean = value + atoms;
+      float* const logits = mean + atoms;
+      Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, atoms), [&](const int j) {
+        float m = 0.f;
+        for (int b = 0; b < n; ++b) m += out_k(b, j);
+        const float v = x.value[static_cast<std::size_t>(r) * atoms + j];
+        value[j] = x.value_bias ? v + x.value_bias[j] : v;
+        mean[j] = m / static_cast<float>(n);
+      });
+      for (int a = 0; a < n; ++a) {
+        float* const out = x.logp + (static_cast<std::size_t>(r) * A + c0 + a) * atoms;
+        log_softmax_atoms(
+            team, atoms, [&](const int j) { return value[j] + out_k(a, j) - mean[j]; },
+            [&](const int j) -> float& { return logits[j]; }, [&](const int j) -> float& { return out[j]; });
+      }
     });
   }
 };
@@ -159,9 +181,10 @@ class DuelingLaunch {
   void operator()(const Exec& exec) const {
     constexpr bool host = Kokkos::SpaceAccessibility<Kokkos::HostSpace, typename Exec::memory_space>::accessible;
     const int per_team = host ? 16 : 8, vector = host ? 1 : 32;
-    const int pairs = static_cast<int>(entries_.extent(0)) * max_rows_ * table_.actions;
-    const int teams = (pairs + per_team - 1) / per_team;
-    Kokkos::parallel_for("zs::dueling_batch", Kokkos::TeamPolicy<Exec>(exec, teams, host ? 1 : per_team, vector),
+    const int units = static_cast<int>(entries_.extent(0)) * max_rows_ * table_.branches;
+    Kokkos::TeamPolicy<Exec> policy(exec, (units + per_team - 1) / per_team, host ? 1 : per_team, vector);
+    policy.set_scratch_size(0, Kokkos::PerTeam(sizeof(float) * DuelingBatch<Exec>::scratch_floats(per_team, atoms_)));
+    Kokkos::parallel_for("zs::dueling_batch", policy,
                          DuelingBatch<Exec>{entries_, biases_, table_, atoms_, max_rows_, per_team});
   }
 

@@ -57,15 +57,23 @@ struct C51Loss {
     const bool finite_inputs = is_finite(rewards(i)) && is_finite(dones(i)) && is_finite(weights(i));
     float* const ce_of = static_cast<float*>(team.team_scratch(0).get_shmem(sizeof(float) * K));
     float* const dq_of = static_cast<float*>(team.team_scratch(0).get_shmem(sizeof(float) * K * atoms));
+    float* const pz_of = static_cast<float*>(team.team_scratch(0).get_shmem(sizeof(float) * table.actions * atoms));
+    float* const source_of =
+        host ? nullptr : static_cast<float*>(team.team_scratch(0).get_shmem(sizeof(float) * K * 2 * atoms));
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, K), [&](const int k) {
       const int c0 = table.cum(k), n = table.cum(k + 1) - c0;
+      // Every action's p_j·z_j of s′ first, in one pass whose loads are all in flight together,
+      // then one sum per action; summing while loading waited out a load per action.
+      float* const pz = pz_of + c0 * atoms;
+      Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, n * atoms), [&](const int x) {
+        pz[x] = ::expf(logp_online(B + i, c0 + x / atoms, x % atoms)) * sup.z(x % atoms);
+      });
       int a_star = 0;
       float q_best = 0.f;
       for (int a = 0; a < n; ++a) {
         float q = 0.f;
         Kokkos::parallel_reduce(
-            Kokkos::ThreadVectorRange(team, atoms),
-            [&](const int j, float& acc) { acc += ::expf(logp_online(B + i, c0 + a, j)) * sup.z(j); }, q);
+            Kokkos::ThreadVectorRange(team, atoms), [&](const int j, float& acc) { acc += pz[a * atoms + j]; }, q);
         if (a == 0 || q > q_best) {  // lowest index on ties; NaN never wins
           q_best = q;
           a_star = a;
@@ -92,12 +100,20 @@ struct C51Loss {
             }
           }
       } else {
+        // Each source atom's position and probability once, in scratch, for every lane to read
+        // (Nsight: recomputing them per (source, target) pair made the loss 4× its memory time).
+        float* const pos = source_of + k * 2 * atoms;
+        float* const prob = pos + atoms;
+        Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, atoms), [&](const int l) {
+          pos[l] = position(i, l);
+          prob[l] = ::expf(logp_target(i, c0 + a_star, l));
+        });
         Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, atoms), [&](const int j) {
           float m = 0.f;
           if (finite_inputs)
             for (int l = 0; l < atoms; ++l) {
-              const float w = 1.f - ::fabsf(position(i, l) - static_cast<float>(j));
-              if (w > 0.f) m += ::expf(logp_target(i, c0 + a_star, l)) * w;
+              const float w = 1.f - ::fabsf(pos[l] - static_cast<float>(j));
+              if (w > 0.f) m += prob[l] * w;
             }
           projected(i, k, j) = m;
         });
@@ -161,8 +177,11 @@ void c51_loss(const Exec& exec, const C51Loss<Exec>& f, const Kokkos::View<float
   constexpr bool host = Kokkos::SpaceAccessibility<Kokkos::HostSpace, typename Exec::memory_space>::accessible;
   const int K = f.table.branches;
   Kokkos::TeamPolicy<Exec> policy(exec, static_cast<int>(B), host ? 1 : (K < 32 ? K : 32), host ? 1 : 32);
-  // Two scratch blocks (CE per branch, value-gradient rows per branch); Kokkos aligns each.
-  policy.set_scratch_size(0, Kokkos::PerTeam(sizeof(float) * (K + K * f.sup.atoms) + 64));
+  // Scratch blocks: CE per branch, value-gradient rows per branch, p·z of every action and, on a
+  // device, each branch's source positions and probabilities; Kokkos aligns each block.
+  const int sources = host ? 0 : 2 * K * f.sup.atoms;
+  policy.set_scratch_size(
+      0, Kokkos::PerTeam(sizeof(float) * (K + K * f.sup.atoms + f.table.actions * f.sup.atoms + sources) + 192));
   Kokkos::parallel_reduce("zs::c51_loss", policy, f, loss);
 }
 
