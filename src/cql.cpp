@@ -1,7 +1,6 @@
 #include "cql.hpp"
 
 #include "kernels/cql.hpp"
-#include "kernels/grad_norm.hpp"
 
 namespace zs {
 
@@ -29,7 +28,6 @@ void CqlRegulariser::enqueue(const ExecSpace& exec, const Gemm& gemm, const Netw
   if (planned_for_.changed({&params, &online, &batch}))
     backward_ = std::make_unique<BackwardPlan>(net, params, batch.states(), online, out_.g, out_.grad);
   backward_->enqueue(exec, gemm);
-  kernels::global_grad_norm(exec, ConstDeviceFloats(out_.grad.flat()), out_.norm);
 }
 
 }  // namespace zs

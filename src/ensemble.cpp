@@ -1,7 +1,6 @@
 #include "ensemble.hpp"
 
 #include "kernels/ensemble.hpp"
-#include "kernels/grad_norm.hpp"
 
 namespace zs {
 
@@ -59,7 +58,6 @@ void EnsembleHeads::enqueue(const ExecSpace& exec, const Gemm& gemm, const Netwo
   s.delta = (c.v_max - c.v_min) / static_cast<float>(c.atoms - 1);
   kernels::ensemble_spread(exec, s, spread_mean_);
   backward_->enqueue(exec, gemm);
-  kernels::global_grad_norm(exec, ConstDeviceFloats(out_.grad.flat()), out_.norm);
 }
 
 }  // namespace zs

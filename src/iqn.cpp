@@ -3,7 +3,6 @@
 #include <tuple>
 
 #include "kernels/dense.hpp"
-#include "kernels/grad_norm.hpp"
 #include "kernels/iqn.hpp"
 
 namespace zs {
@@ -133,7 +132,6 @@ void IqnHead::enqueue(const ExecSpace& exec, const Gemm& gemm, const Network& ne
   gemm(Trans::T, Trans::N, 1.f, as_const(d_phi), cos_online, 0.f, g.weight(layer_));
   embed_sums_(exec);
   trunk_->enqueue(exec, gemm);
-  kernels::global_grad_norm(exec, ConstDeviceFloats(g.flat()), out_.norm);
 }
 
 }  // namespace zs

@@ -4,6 +4,7 @@
 #include <random>
 
 #include "kernels/adam.hpp"
+#include "kernels/budget_sum.hpp"
 #include "kernels/grad_clip.hpp"
 #include "kernels/grad_norm.hpp"
 
@@ -37,6 +38,7 @@ Trainer::Trainer(const Config& config, const TrainerOptions& options)
       budget_(budget_of(config_)),
       unit_scale_("zs::unit_scale"),
       budget_record_("zs::budget_record", kernels::kBudgetSlots),
+      norm_sums_("zs::norm_sums", kernels::kMaxNorms),
       aux_mailbox_(kernels::kBudgetSlots) {
   require(!options.budget.iqn_on && !options.budget.ensemble_on && !options.budget.cql_on,
           "Trainer: TrainerOptions::budget turns on iqn = ", options.budget.iqn_on, ", ensemble = ",
@@ -127,8 +129,22 @@ void Trainer::enqueue_phase(Phase phase) {
       break;
     case Phase::norm_and_guard:
       // The guard judges C51's loss and raw gradient norm; each auxiliary's norm only sets its
-      // own clip (a non-finite one adds nothing) and is reported in aux_metrics().
-      kernels::global_grad_norm(exec, ConstDeviceFloats(grad_.flat()), grad_norm_);
+      // own clip (a non-finite one adds nothing) and is reported in aux_metrics(). All the
+      // norms come from one launch.
+      if (config_.any_auxiliary()) {
+        std::vector<ConstDeviceFloats> grads{ConstDeviceFloats(grad_.flat())};
+        std::vector<DeviceScalar<double>> norms{grad_norm_};
+        auto add = [&](const AuxOutputs& a) {
+          grads.push_back(ConstDeviceFloats(a.grad.flat()));
+          norms.push_back(a.norm);
+        };
+        if (iqn_) add(iqn_->out());
+        if (ensemble_) add(ensemble_->out());
+        if (cql_) add(cql_->out());
+        kernels::grad_norms(exec, grads, norms, norm_sums_);
+      } else {
+        kernels::global_grad_norm(exec, ConstDeviceFloats(grad_.flat()), grad_norm_);
+      }
       guard_.check(exec, loss_.loss, grad_norm_, lr_);
       if (config_.any_auxiliary()) {
         kernels::BudgetRecord<ExecSpace> r;
@@ -161,14 +177,15 @@ void Trainer::enqueue_phase(Phase phase) {
       if (applied_) {
         // grad_ stays C51's raw gradient: the sum is built in its own buffer, so no stale
         // auxiliary values can linger in tensors that C51's backward never writes.
-        kernels::scaled_copy(exec, applied_->flat(), ConstDeviceFloats(grad_.flat()), DeviceScalar<const float>(clip_scale_));
+        std::vector<kernels::BudgetTerm> terms;
         auto add = [&](const AuxOutputs& a, float share) {
-          kernels::clipped_saxpy(exec, applied_->flat(), ConstDeviceFloats(a.grad.flat()),
-                                 DeviceScalar<const double>(a.norm), share * config_.max_grad_norm);
+          terms.push_back({a.grad.flat().data(), a.norm.data(), static_cast<double>(share * config_.max_grad_norm)});
         };
         if (iqn_) add(iqn_->out(), budget_.iqn);
         if (ensemble_) add(ensemble_->out(), budget_.ensemble);
         if (cql_) add(cql_->out(), budget_.cql);
+        kernels::budget_sum(exec, applied_->flat(), ConstDeviceFloats(grad_.flat()),
+                            DeviceScalar<const float>(clip_scale_), terms);
         applied = ConstDeviceFloats(applied_->flat());
         scale = unit_scale_;
       }

@@ -150,6 +150,7 @@ class Trainer {
   std::unique_ptr<ParamBuffer> applied_;
   DeviceScalar<float> unit_scale_;  // Adam's clip scale once the budgets have been applied
   Kokkos::View<double*, MemSpace> budget_record_;
+  Kokkos::View<double*, MemSpace> norm_sums_;  // grad_norms' own result: C51's and each auxiliary's
   Mailbox aux_mailbox_;
   // The main network's forward (online on s and s′, target on s′) and backward, batched.
   std::unique_ptr<ForwardPlan> forward_plan_;

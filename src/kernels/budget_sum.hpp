@@ -1,0 +1,67 @@
+// The gradient Adam applies when auxiliaries are on, in one pass: C51's gradient at its clip
+// scale plus each auxiliary's gradient clipped to its own budget,
+//   applied = s·g_c51 + Σ_b min(1, limit_b / (‖g_b‖ + 1e-6))·g_b,
+// the elementwise operations of scaled_copy followed by one clipped_saxpy per auxiliary, in that
+// order, without writing the partial sums out between them.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "backends/backend.hpp"
+#include "error.hpp"
+#include "kernels/grad_clip.hpp"
+
+namespace zs::kernels {
+
+inline constexpr int kMaxAuxiliaries = 3;
+
+struct BudgetTerm {
+  const float* grad = nullptr;  // the auxiliary's whole-layout gradient
+  const double* norm = nullptr;  // its ‖grad‖₂ on the device
+  double limit = 0;              // budget fraction × max_grad_norm
+};
+
+template <class Exec>
+struct BudgetSum {
+  using MS = typename Exec::memory_space;
+  Kokkos::View<float*, MS> dst;
+  Kokkos::View<const float*, MS> c51;
+  Kokkos::View<const float, MS> scale;
+  BudgetTerm aux[kMaxAuxiliaries];
+  int n_aux = 0;
+
+  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t item) const {
+    const float s = scale();
+    float sa[kMaxAuxiliaries];
+    // A zero coefficient (poisoned auxiliary, or a zero budget) adds nothing at all.
+    for (int b = 0; b < n_aux; ++b) sa[b] = static_cast<float>(clip_coefficient(*aux[b].norm, aux[b].limit));
+    std::int64_t begin, end;
+    detail::flat_range<Exec>(item, dst.extent(0), begin, end);
+    for (std::int64_t i = begin; i < end; ++i) {
+      float v = s == 0.f ? 0.f : s * c51(i);  // 0 × NaN would be NaN
+      for (int b = 0; b < n_aux; ++b)
+        if (sa[b] != 0.f) v += sa[b] * aux[b].grad[i];
+      dst(i) = v;
+    }
+  }
+};
+
+// Enqueues dst = scale·c51 + the clipped auxiliaries. Every buffer has dst's length.
+template <class Exec>
+void budget_sum(const Exec& exec, Kokkos::View<float*, typename Exec::memory_space> dst,
+                Kokkos::View<const float*, typename Exec::memory_space> c51,
+                Kokkos::View<const float, typename Exec::memory_space> scale, const std::vector<BudgetTerm>& aux) {
+  require(dst.extent(0) == c51.extent(0) && dst.extent(0) > 0, "budget_sum: dst has ", dst.extent(0),
+          " elements and the C51 gradient ", c51.extent(0), "; expected the same length, at least 1");
+  require(aux.size() <= static_cast<std::size_t>(kMaxAuxiliaries), "budget_sum: ", aux.size(),
+          " auxiliaries; expected at most ", kMaxAuxiliaries);
+  BudgetSum<Exec> f{dst, c51, scale, {}, static_cast<int>(aux.size())};
+  for (std::size_t b = 0; b < aux.size(); ++b) {
+    require(aux[b].grad && aux[b].norm, "budget_sum: auxiliary ", b, " has a null gradient or norm; expected both");
+    detail::check_limit("budget_sum", static_cast<float>(aux[b].limit));
+    f.aux[b] = aux[b];
+  }
+  Kokkos::parallel_for("zs::budget_sum", detail::flat_policy(exec, dst.extent(0)), f);
+}
+
+}  // namespace zs::kernels

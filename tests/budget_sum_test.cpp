@@ -1,0 +1,197 @@
+// The auxiliaries' tail as the trainer runs it: every gradient's norm in one launch
+// (grad_norms) and the budgeted sum in one pass (budget_sum), against naive double loops.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "backends/graph.hpp"
+#include "backends/stream.hpp"
+#include "error.hpp"
+#include "kernels/budget_sum.hpp"
+#include "kernels/grad_norm.hpp"
+#include "test_util.hpp"
+
+namespace {
+
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+
+double reference_norm(const std::vector<float>& g) {
+  double s = 0.0;
+  for (float x : g) s += double(x) * double(x);
+  return std::sqrt(s);
+}
+
+double reference_scale(double norm, double limit) {
+  if (!std::isfinite(norm)) return 0.0;
+  return std::min(1.0, limit / (norm + 1e-6));
+}
+
+struct Buffers {
+  std::vector<std::vector<float>> host;
+  std::vector<zs::DeviceFloats> dev;
+  std::vector<zs::DeviceScalar<double>> norms;
+  Kokkos::View<double*, zs::MemSpace> sums{std::string("zs::test::sums"), zs::kernels::kMaxNorms};
+
+  Buffers(std::size_t count, std::size_t n, std::uint64_t seed) {
+    for (std::size_t b = 0; b < count; ++b) {
+      host.push_back(zs::test::random_normal(n, seed + b, b == 2 ? 1e3f : 1.f));
+      dev.push_back(zs::test::to_device(host.back()));
+      norms.emplace_back("zs::test::norm");
+      Kokkos::deep_copy(norms.back(), -1.0);  // poison: a norm is never negative
+    }
+  }
+  void enqueue(const zs::Stream& stream) const {
+    std::vector<zs::ConstDeviceFloats> g(dev.begin(), dev.end());
+    zs::kernels::grad_norms(stream.exec(), g, norms, sums);
+  }
+  double norm(std::size_t b) const {
+    double h = 0;
+    Kokkos::deep_copy(h, norms[b]);
+    return h;
+  }
+};
+
+}  // namespace
+
+TEST(Budget, NormsOfSeveralBuffersInOneLaunchMatchDoubleReference) {
+  for (std::size_t count = 1; count <= std::size_t(zs::kernels::kMaxNorms); ++count) {
+    for (std::size_t n : {std::size_t{1}, std::size_t{33}, std::size_t{4099}, std::size_t{300007}}) {
+      const auto seed = zs::test::fresh_seed();
+      SCOPED_TRACE(testing::Message() << count << " buffers of " << n << ", seed " << seed);
+      Buffers bufs(count, n, seed);
+      zs::Stream stream;
+      bufs.enqueue(stream);
+      stream.synchronize();
+      for (std::size_t b = 0; b < count; ++b) {
+        const double ref = reference_norm(bufs.host[b]);
+        EXPECT_NEAR(bufs.norm(b), ref, 1e-10 * ref) << "buffer " << b;
+      }
+    }
+  }
+}
+
+TEST(Budget, ANaNPoisonsOnlyItsOwnNorm) {
+  const auto seed = zs::test::fresh_seed();
+  SCOPED_TRACE(testing::Message() << "seed " << seed);
+  Buffers bufs(4, 5003, seed);
+  bufs.host[1][seed % 5003] = kNaN;
+  bufs.dev[1] = zs::test::to_device(bufs.host[1]);
+  zs::Stream stream;
+  bufs.enqueue(stream);
+  stream.synchronize();
+  EXPECT_TRUE(std::isnan(bufs.norm(1)));
+  for (std::size_t b : {0, 2, 3}) EXPECT_NEAR(bufs.norm(b), reference_norm(bufs.host[b]), 1e-10 * reference_norm(bufs.host[b]));
+}
+
+TEST(Budget, SumOfClippedGradientsMatchesReference) {
+  // C51 at its clip scale plus up to three auxiliaries, each clipped to its own limit: one large
+  // enough to leave it whole, one that clips, one zero budget, and a poisoned auxiliary.
+  const std::size_t n = 100003;
+  for (std::size_t n_aux = 0; n_aux <= 3; ++n_aux) {
+    for (float s : {0.37f, 1.f, 0.f}) {
+      for (bool poison : {false, true}) {
+        if (poison && n_aux == 0) continue;
+        const auto seed = zs::test::fresh_seed();
+        SCOPED_TRACE(testing::Message() << n_aux << " auxiliaries, scale " << s << ", poison " << poison << ", seed "
+                                        << seed);
+        Buffers bufs(1 + n_aux, n, seed);
+        if (s == 0.f) bufs.host[0][seed % n] = kNaN;  // a zero scale must still write clean zeros
+        if (poison) bufs.host[n_aux][(seed / 7) % n] = kNaN;
+        for (std::size_t b = 0; b <= n_aux; ++b) bufs.dev[b] = zs::test::to_device(bufs.host[b]);
+        zs::Stream stream;
+        bufs.enqueue(stream);
+        const std::vector<double> limits{1e9, 3.0, 0.0};
+        std::vector<zs::kernels::BudgetTerm> terms;
+        for (std::size_t b = 1; b <= n_aux; ++b)
+          terms.push_back({bufs.dev[b].data(), bufs.norms[b].data(), limits[b - 1]});
+        zs::DeviceScalar<float> scale("zs::test::scale");
+        Kokkos::deep_copy(scale, s);
+        zs::DeviceFloats dst("zs::test::dst", n);
+        Kokkos::deep_copy(dst, 12345.f);
+        zs::kernels::budget_sum(stream.exec(), dst, zs::ConstDeviceFloats(bufs.dev[0]),
+                                zs::DeviceScalar<const float>(scale), terms);
+        stream.synchronize();
+        const auto got = zs::test::to_host(dst);
+        std::vector<double> coef;
+        for (std::size_t b = 1; b <= n_aux; ++b)
+          coef.push_back(reference_scale(reference_norm(bufs.host[b]), limits[b - 1]));
+        if (n_aux >= 2) ASSERT_LT(coef[1], 1.0) << "the 3.0 limit should clip";
+        for (std::size_t i = 0; i < n; ++i) {
+          double ref = s == 0.f ? 0.0 : double(s) * bufs.host[0][i], mag = std::fabs(ref);
+          for (std::size_t b = 1; b <= n_aux; ++b)
+            if (coef[b - 1] != 0.0) {
+              ref += coef[b - 1] * bufs.host[b][i];
+              mag += std::fabs(coef[b - 1] * bufs.host[b][i]);
+            }
+          ASSERT_TRUE(std::isfinite(got[i])) << "at " << i;
+          ASSERT_NEAR(got[i], ref, 1e-6 * mag + 1e-30) << "at " << i;
+        }
+      }
+    }
+  }
+}
+
+TEST(Budget, CapturedNormsAndSumReplayWithFreshInputs) {
+  const std::size_t n = 20011;
+  const auto seed = zs::test::fresh_seed();
+  SCOPED_TRACE(testing::Message() << "seed " << seed);
+  Buffers bufs(3, n, seed);
+  zs::Stream stream;
+  zs::DeviceScalar<float> scale("zs::test::scale");
+  Kokkos::deep_copy(scale, 0.5f);
+  zs::DeviceFloats dst("zs::test::dst", n);
+  const std::vector<zs::kernels::BudgetTerm> terms{{bufs.dev[1].data(), bufs.norms[1].data(), 2.0},
+                                                   {bufs.dev[2].data(), bufs.norms[2].data(), 2.0}};
+  auto step = [&] {
+    bufs.enqueue(stream);
+    zs::kernels::budget_sum(stream.exec(), dst, zs::ConstDeviceFloats(bufs.dev[0]),
+                            zs::DeviceScalar<const float>(scale), terms);
+  };
+  step();  // sizes Kokkos' reduction scratch outside capture
+  stream.synchronize();
+  zs::Graph graph;
+  graph.capture(stream, step);
+  for (int round = 0; round < 2; ++round) {
+    for (std::size_t b = 0; b < 3; ++b) {
+      bufs.host[b] = zs::test::random_normal(n, seed + 10 * (round + 1) + b, 1.f + float(b));
+      Kokkos::deep_copy(bufs.dev[b], Kokkos::View<const float*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>(
+                                         bufs.host[b].data(), n));
+    }
+    graph.replay(stream);
+    stream.synchronize();
+    const double c1 = reference_scale(reference_norm(bufs.host[1]), 2.0);
+    const double c2 = reference_scale(reference_norm(bufs.host[2]), 2.0);
+    const auto got = zs::test::to_host(dst);
+    for (std::size_t i = 0; i < n; ++i) {
+      const double a = 0.5 * bufs.host[0][i], b1 = c1 * bufs.host[1][i], b2 = c2 * bufs.host[2][i];
+      ASSERT_NEAR(got[i], a + b1 + b2, 1e-6 * (std::fabs(a) + std::fabs(b1) + std::fabs(b2))) << "round " << round
+                                                                                              << " at " << i;
+    }
+  }
+}
+
+TEST(Budget, BadNormAndSumArgumentsAreClearErrors) {
+  zs::Stream stream;
+  zs::DeviceFloats a("a", 10), b("b", 11);
+  zs::DeviceScalar<double> norm("norm");
+  Kokkos::View<double*, zs::MemSpace> sums(std::string("sums"), 4);
+  std::string msg = zs::test::error_of([&] {
+    zs::kernels::grad_norms(stream.exec(), {zs::ConstDeviceFloats(a), zs::ConstDeviceFloats(b)}, {norm, norm}, sums);
+  });
+  EXPECT_NE(msg.find("buffer 1 holds 11 floats; expected 10"), std::string::npos) << msg;
+  msg = zs::test::error_of([&] { zs::kernels::grad_norms(stream.exec(), {}, {}, sums); });
+  EXPECT_NE(msg.find("0 buffers"), std::string::npos) << msg;
+  zs::DeviceScalar<float> scale("scale");
+  msg = zs::test::error_of(
+      [&] { zs::kernels::budget_sum(stream.exec(), a, zs::ConstDeviceFloats(b), zs::DeviceScalar<const float>(scale), {}); });
+  EXPECT_NE(msg.find("dst has 10 elements and the C51 gradient 11"), std::string::npos) << msg;
+  msg = zs::test::error_of([&] {
+    zs::kernels::budget_sum(stream.exec(), a, zs::ConstDeviceFloats(a), zs::DeviceScalar<const float>(scale),
+                            {{a.data(), norm.data(), -1.0}});
+  });
+  EXPECT_NE(msg.find("budget_sum: limit = -1"), std::string::npos) << msg;
+}
