@@ -87,6 +87,7 @@ template <class Exec>
 struct EnsembleSpread {
   using MS = typename Exec::memory_space;
   using value_type = float;
+  using Member = typename Kokkos::TeamPolicy<Exec>::member_type;
   Kokkos::View<const float***, Kokkos::LayoutRight, MS> main_logp;    // [≥B, A, atoms] the C51 head on s
   Kokkos::View<const float****, Kokkos::LayoutRight, MS> logp;        // [E, B, A, atoms]
   Kokkos::View<const int**, Kokkos::LayoutRight, MS> actions;         // [B, K]
@@ -95,33 +96,52 @@ struct EnsembleSpread {
   float v_min, delta;
 
   // spread_i = (1/K)·Σ_k std over the E + 1 heads of Q(s_i, a_ik) (population std, Q = Σ_j p_j·z_j).
-  KOKKOS_INLINE_FUNCTION void operator()(const int i, float& sum) const {
+  // One team per sample; a team thread (a warp on CUDA) per (branch, head) pair sums its Q over
+  // the atoms on its vector lanes, so the (E + 1)·K·atoms exps run side by side rather than in
+  // one thread. The Q values meet in team scratch; the Welford pass over the heads and the sum
+  // over branches then run in a fixed order, so the same inputs always give the same bits.
+  KOKKOS_INLINE_FUNCTION void operator()(const Member& team, float& sum) const {
     const int E = static_cast<int>(logp.extent(0)), B = static_cast<int>(logp.extent(1));
-    const int atoms = static_cast<int>(logp.extent(3)), K = table.branches;
-    float total = 0.f;
-    for (int k = 0; k < K; ++k) {
+    const int atoms = static_cast<int>(logp.extent(3)), K = table.branches, H = E + 1;
+    const int i = team.league_rank();
+    double* const q_of = static_cast<double*>(team.team_scratch(0).get_shmem(sizeof(double) * K * H));
+    float* const std_of = static_cast<float*>(team.team_scratch(0).get_shmem(sizeof(float) * K));
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, K * H), [&](const int kh) {
+      const int k = kh / H, h = kh % H;  // head 0 is the main C51 head, h ≥ 1 member h − 1
       const int n = table.cum(k + 1) - table.cum(k), taken = actions(i, k);
-      if (taken < 0 || taken >= n) {
-        total = NAN;
-        continue;
-      }
-      const int g = table.cum(k) + taken;
-      // Welford in double: the heads' Q values nearly agree, and E[q²] − E[q]² in float would
-      // cancel away most of their spread.
-      double mean = 0.0, m2 = 0.0;
-      for (int e = -1; e < E; ++e) {
-        double q = 0.0;
-        for (int j = 0; j < atoms; ++j)
-          q += ::exp(static_cast<double>(e < 0 ? main_logp(i, g, j) : logp(e, i, g, j))) *
-               (v_min + static_cast<double>(j) * delta);
-        const double d = q - mean;
-        mean += d / static_cast<double>(e + 2);
-        m2 += d * (q - mean);
-      }
-      total += static_cast<float>(::sqrt(m2 / static_cast<double>(E + 1)));
-    }
-    spread(i) = total / static_cast<float>(K);
-    sum += spread(i) / static_cast<float>(B);
+      const bool valid = taken >= 0 && taken < n;
+      const int g = table.cum(k) + (valid ? taken : 0);
+      double q = 0.0;
+      Kokkos::parallel_reduce(
+          Kokkos::ThreadVectorRange(team, atoms),
+          [&](const int j, double& acc) {
+            acc += ::exp(static_cast<double>(h == 0 ? main_logp(i, g, j) : logp(h - 1, i, g, j))) *
+                   (v_min + static_cast<double>(j) * delta);
+          },
+          q);
+      Kokkos::single(Kokkos::PerThread(team), [&]() { q_of[kh] = valid ? q : NAN; });
+    });
+    team.team_barrier();
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, K), [&](const int k) {
+      Kokkos::single(Kokkos::PerThread(team), [&]() {
+        // Welford in double: the heads' Q values nearly agree, and E[q²] − E[q]² in float would
+        // cancel away most of their spread.
+        double mean = 0.0, m2 = 0.0;
+        for (int h = 0; h < H; ++h) {
+          const double q = q_of[k * H + h], d = q - mean;
+          mean += d / static_cast<double>(h + 1);
+          m2 += d * (q - mean);
+        }
+        std_of[k] = static_cast<float>(::sqrt(m2 / static_cast<double>(H)));
+      });
+    });
+    team.team_barrier();
+    Kokkos::single(Kokkos::PerTeam(team), [&]() {
+      float total = 0.f;
+      for (int k = 0; k < K; ++k) total += std_of[k];  // NaN for a sample with an invalid action
+      spread(i) = total / static_cast<float>(K);
+      sum += spread(i) / static_cast<float>(B);
+    });
   }
 };
 
@@ -135,7 +155,17 @@ void ensemble_spread(const Exec& exec, const EnsembleSpread<Exec>& f,
           "ensemble_spread: ", B, " samples, spread [", f.spread.extent(0), "], actions [", f.actions.extent(0),
           "], main head [", f.main_logp.extent(0), ", ", f.main_logp.extent(1), ", ", f.main_logp.extent(2),
           "]; expected B >= 1 everywhere and the members' [A, atoms] = [", f.logp.extent(2), ", ", f.logp.extent(3), "]");
-  Kokkos::parallel_reduce("zs::ensemble_spread", Kokkos::RangePolicy<Exec>(exec, 0, static_cast<int>(B)), f, mean);
+  require(static_cast<int>(f.actions.extent(1)) == f.table.branches && f.table.branches >= 1,
+          "ensemble_spread: actions [", f.actions.extent(0), ", ", f.actions.extent(1), "]; expected [", B, ", ",
+          f.table.branches, "] (one per branch)");
+  // Device: a warp per (branch, head) pair, up to 16 a team (the reference config's 3 branches
+  // × 3 heads take 9; more pairs take turns). Host: one thread.
+  constexpr bool host = Kokkos::SpaceAccessibility<Kokkos::HostSpace, typename Exec::memory_space>::accessible;
+  const int K = f.table.branches, pairs = K * (static_cast<int>(f.logp.extent(0)) + 1);
+  Kokkos::TeamPolicy<Exec> policy(exec, static_cast<int>(B), host ? 1 : (pairs < 16 ? pairs : 16), host ? 1 : 32);
+  // Two scratch blocks (Q per pair, std per branch); Kokkos aligns each.
+  policy.set_scratch_size(0, Kokkos::PerTeam(sizeof(double) * pairs + sizeof(float) * K + 64));
+  Kokkos::parallel_reduce("zs::ensemble_spread", policy, f, mean);
 }
 
 }  // namespace zs::kernels

@@ -71,13 +71,16 @@ template <class Exec>
 using IqnConstMat = Kokkos::View<const float**, Kokkos::LayoutRight, typename Exec::memory_space, Kokkos::MemoryUnmanaged>;
 
 // phi holds W_emb·cos on entry: φ = ReLU(phi + b) in place, h = f(sample) ⊙ φ.
+// The index order is (f, n, i), fastest-varying memory first: Kokkos 3.4's CUDA MDRange puts
+// threadIdx.x on index 0 whatever the Iterate order, so a warp then reads 32 consecutive floats
+// of one row, and Iterate::Left makes the host's innermost loop run along that row too.
 template <class Exec>
 struct IqnModulate {
   IqnMat<Exec> phi, h;              // [B·N, F]
   IqnConstMat<Exec> features;       // [B, F]
   Kokkos::View<const float*, typename Exec::memory_space, Kokkos::MemoryUnmanaged> bias;  // [F]
   int n_tau;
-  KOKKOS_INLINE_FUNCTION void operator()(const int i, const int n, const int f) const {
+  KOKKOS_INLINE_FUNCTION void operator()(const int f, const int n, const int i) const {
     const int r = i * n_tau + n;
     const float v = phi(r, f) + bias(f);
     const float p = v < 0.f ? 0.f : v;  // NaN stays NaN
@@ -94,21 +97,26 @@ void iqn_modulate(const Exec& exec, const IqnModulate<Exec>& m) {
           "iqn_modulate: features [", B, ", ", F, "], n_tau ", m.n_tau, ", phi [", m.phi.extent(0), ", ",
           m.phi.extent(1), "], h [", m.h.extent(0), ", ", m.h.extent(1), "], bias [", m.bias.extent(0),
           "]; expected phi and h [B·n_tau, F] and bias [F]");
-  Kokkos::parallel_for("zs::iqn_modulate",
-                       Kokkos::MDRangePolicy<Exec, Kokkos::Rank<3>>(
-                           exec, {0, 0, 0},
-                           {static_cast<std::int64_t>(B), static_cast<std::int64_t>(m.n_tau), static_cast<std::int64_t>(F)}),
-                       m);
+  using Policy = Kokkos::MDRangePolicy<Exec, Kokkos::Rank<3, Kokkos::Iterate::Left, Kokkos::Iterate::Left>>;
+  constexpr bool host = Kokkos::SpaceAccessibility<Kokkos::HostSpace, typename Exec::memory_space>::accessible;
+  const typename Policy::point_type begin{0, 0, 0},
+      end{static_cast<std::int64_t>(F), static_cast<std::int64_t>(m.n_tau), static_cast<std::int64_t>(B)};
+  // Device: blocks of 32 features × 8 samples at one n, a warp along a row; the host keeps
+  // Kokkos' tiles (a whole row innermost).
+  const Policy policy =
+      host ? Policy(exec, begin, end) : Policy(exec, begin, end, typename Policy::tile_type{32, 1, 8});
+  Kokkos::parallel_for("zs::iqn_modulate", policy, m);
 }
 
 // Backward of the modulation: d_h [B·N, F] → d_phi (pre-ReLU, in place of nothing else) and
-// d_features[i, f] = Σ_n d_h·φ (summed over n in order: deterministic).
+// d_features[i, f] = Σ_n d_h·φ (summed over n in order: deterministic). Indexed (f, i), the
+// contiguous dimension first, for the reason IqnModulate gives.
 template <class Exec>
 struct IqnModulateBackward {
   IqnConstMat<Exec> d_h, phi, features;
   IqnMat<Exec> d_phi, d_features;
   int n_tau;
-  KOKKOS_INLINE_FUNCTION void operator()(const int i, const int f) const {
+  KOKKOS_INLINE_FUNCTION void operator()(const int f, const int i) const {
     float acc = 0.f;
     const float x = features(i, f);
     for (int n = 0; n < n_tau; ++n) {
@@ -131,14 +139,16 @@ void iqn_modulate_backward(const Exec& exec, const IqnModulateBackward<Exec>& m)
           ", ", F, "] and d_features [", B, ", ", F, "], got [", m.d_h.extent(0), ", ", m.d_h.extent(1), "], [",
           m.phi.extent(0), ", ", m.phi.extent(1), "], [", m.d_phi.extent(0), ", ", m.d_phi.extent(1), "], [",
           m.d_features.extent(0), ", ", m.d_features.extent(1), "]");
-  Kokkos::parallel_for("zs::iqn_modulate_backward",
-                       Kokkos::MDRangePolicy<Exec, Kokkos::Rank<2>>(
-                           exec, {0, 0}, {static_cast<std::int64_t>(B), static_cast<std::int64_t>(F)}),
-                       m);
+  using Policy = Kokkos::MDRangePolicy<Exec, Kokkos::Rank<2, Kokkos::Iterate::Left, Kokkos::Iterate::Left>>;
+  constexpr bool host = Kokkos::SpaceAccessibility<Kokkos::HostSpace, typename Exec::memory_space>::accessible;
+  const typename Policy::point_type begin{0, 0}, end{static_cast<std::int64_t>(F), static_cast<std::int64_t>(B)};
+  // Device: blocks of 32 features × 8 samples, a warp along a row.
+  const Policy policy = host ? Policy(exec, begin, end) : Policy(exec, begin, end, typename Policy::tile_type{32, 8});
+  Kokkos::parallel_for("zs::iqn_modulate_backward", policy, m);
 }
 
-// Quantile Huber loss, one thread per sample. Per branch k, with θ_n = Z(s, a_k, τ_n) (online)
-// and T_m = r + γⁿ(1 − done)·Z′(s′, a*_k, τ′_m) (target net, a* the C51 double-DQN action):
+// Quantile Huber loss. Per branch k, with θ_n = Z(s, a_k, τ_n) (online) and
+// T_m = r + γⁿ(1 − done)·Z′(s′, a*_k, τ′_m) (target net, a* the C51 double-DQN action):
 //   δ_nm = T_m − θ_n, L_κ(δ) = ½δ² if |δ| ≤ κ else κ(|δ| − ½κ),
 //   ρ_nm = |τ_n − [δ_nm < 0]|·L_κ(δ_nm)/κ,  loss_ik = Σ_n (1/N′)·Σ_m ρ_nm,
 //   L_i = (1/K)·Σ_k loss_ik,  loss = (1/B)·Σ_i w_i·L_i.
@@ -146,44 +156,50 @@ template <class Exec>
 struct IqnLoss {
   using MS = typename Exec::memory_space;
   using value_type = float;
+  using Member = typename Kokkos::TeamPolicy<Exec>::member_type;
   IqnConstMat<Exec> quantiles, target_quantiles;  // [B·N, A], [B·N′, A]
   Kokkos::View<const float*, MS> tau;             // [≥ B·N]: the online τ (first rows)
   Kokkos::View<const int**, Kokkos::LayoutRight, MS> actions, best;  // [B, K]
   Kokkos::View<const float*, MS> rewards, dones, weights;            // [B]
   IqnMat<Exec> d_quantiles;                       // [B·N, A] out
-  Kokkos::View<const int*, MS> cum;               // [K + 1]
+  Kokkos::View<const int*, MS> cum;               // [K + 1], cum(K) = A: the branches partition the actions
   float gamma_n, kappa;
   int n_tau, n_tau_target;
 
-  KOKKOS_INLINE_FUNCTION void operator()(const int i, float& loss_sum) const {
-    const int B = static_cast<int>(rewards.extent(0)), A = static_cast<int>(quantiles.extent(1));
+  // One team per sample, a team thread per (branch k, online quantile n) pair summing over the
+  // N′ target quantiles. Each pair writes its own row segment of d_quantiles (the branch's
+  // columns), so no zeroing pass and no barrier come before it. The pairs' losses meet in a
+  // team reduction, whose order is fixed for a fixed launch shape: the same inputs always give
+  // the same bits (graph replay equals direct launch), where float atomics would not.
+  KOKKOS_INLINE_FUNCTION void operator()(const Member& team, float& loss_sum) const {
+    const int B = static_cast<int>(rewards.extent(0));
     const int K = static_cast<int>(cum.extent(0)) - 1, N = n_tau, M = n_tau_target;
+    const int i = team.league_rank();
     const float w = weights(i);
     const float coef = w / static_cast<float>(B * K * M);
     const float discount = gamma_n * (1.f - dones(i));
-    for (int n = 0; n < N; ++n)
-      for (int a = 0; a < A; ++a) d_quantiles(i * N + n, a) = 0.f;
     float L = 0.f;
-    for (int k = 0; k < K; ++k) {
-      const int c0 = cum(k), width = cum(k + 1) - c0, taken = actions(i, k), star = best(i, k);
-      const bool valid = taken >= 0 && taken < width && star >= 0 && star < width;
-      const int a = c0 + (valid ? taken : 0), a2 = c0 + (valid ? star : 0);
-      float lk = 0.f;
-      for (int n = 0; n < N; ++n) {
-        const float theta = quantiles(i * N + n, a), t = tau(i * N + n);
-        float g = 0.f;
-        for (int m = 0; m < M; ++m) {
-          const float d = rewards(i) + discount * target_quantiles(i * M + m, a2) - theta;
-          const float ad = ::fabsf(d), wt = ::fabsf(t - (d < 0.f ? 1.f : 0.f));
-          const bool quad = ad <= kappa;
-          lk += wt * (quad ? 0.5f * d * d : kappa * (ad - 0.5f * kappa)) / kappa;
-          g -= wt * (quad ? d : (d < 0.f ? -kappa : kappa)) / kappa;  // ∂ρ/∂θ = −∂ρ/∂δ
-        }
-        d_quantiles(i * N + n, a) = valid ? coef * g : NAN;
-      }
-      L += valid ? lk / static_cast<float>(M * K) : NAN;
-    }
-    loss_sum += w * L / static_cast<float>(B);
+    Kokkos::parallel_reduce(
+        Kokkos::TeamThreadRange(team, K * N),
+        [&](const int kn, float& acc) {
+          const int k = kn / N, n = kn % N;
+          const int c0 = cum(k), width = cum(k + 1) - c0, taken = actions(i, k), star = best(i, k);
+          const bool valid = taken >= 0 && taken < width && star >= 0 && star < width;
+          const int t = valid ? taken : 0, a2 = c0 + (valid ? star : 0);
+          const float theta = quantiles(i * N + n, c0 + t), tn = tau(i * N + n);
+          float lk = 0.f, g = 0.f;
+          for (int m = 0; m < M; ++m) {
+            const float d = rewards(i) + discount * target_quantiles(i * M + m, a2) - theta;
+            const float ad = ::fabsf(d), wt = ::fabsf(tn - (d < 0.f ? 1.f : 0.f));
+            const bool quad = ad <= kappa;
+            lk += wt * (quad ? 0.5f * d * d : kappa * (ad - 0.5f * kappa)) / kappa;
+            g -= wt * (quad ? d : (d < 0.f ? -kappa : kappa)) / kappa;  // ∂ρ/∂θ = −∂ρ/∂δ
+          }
+          for (int a = 0; a < width; ++a) d_quantiles(i * N + n, c0 + a) = a != t ? 0.f : valid ? coef * g : NAN;
+          acc += valid ? lk / static_cast<float>(M * K) : NAN;
+        },
+        L);
+    Kokkos::single(Kokkos::PerTeam(team), [&]() { loss_sum += w * L / static_cast<float>(B); });
   }
 };
 
@@ -205,7 +221,12 @@ void iqn_loss(const Exec& exec, const IqnLoss<Exec>& f, const Kokkos::View<float
           "iqn_loss: actions [", f.actions.extent(0), ", ", f.actions.extent(1), "], best [", f.best.extent(0), ", ",
           f.best.extent(1), "], dones ", f.dones.extent(0), ", weights ", f.weights.extent(0), "; expected [", B, ", ", K,
           "] and ", B);
-  Kokkos::parallel_reduce("zs::iqn_loss", Kokkos::RangePolicy<Exec>(exec, 0, static_cast<int>(B)), f, loss);
+  // Device: whole warps covering the (branch, n) pairs, up to 8 (more pairs take turns); the
+  // reference config's 3 × 8 fit one. Host: one thread per sample.
+  constexpr bool host = Kokkos::SpaceAccessibility<Kokkos::HostSpace, typename Exec::memory_space>::accessible;
+  const int pairs = static_cast<int>(K) * f.n_tau, warps = pairs <= 32 ? 1 : pairs >= 256 ? 8 : (pairs + 31) / 32;
+  Kokkos::parallel_reduce("zs::iqn_loss", Kokkos::TeamPolicy<Exec>(exec, static_cast<int>(B), host ? 1 : 32 * warps),
+                          f, loss);
 }
 
 }  // namespace zs::kernels
