@@ -128,9 +128,11 @@ struct DuelingBatch {
       const int c0 = table.cum(k), n = table.cum(k + 1) - c0;
       const float* const bb =
           x.branch_bias < 0 ? nullptr : reinterpret_cast<const float*>(branch_biases(x.branch_bias + k));
+      // This (row, branch)'s n·atoms outputs are contiguous (BranchTable's layout).
+      const float* const ob = x.branch_out + table.index(R, atoms, k, r, 0, 0);
       // Bias first, as the GEMM's own bias pass would have: the same float operations.
       auto out_k = [&](int b, int j) {
-        const float o = x.branch_out[table.index(R, atoms, k, r, b, j)];
+        const float o = ob[b * atoms + j];
         return bb ? o + bb[b * atoms + j] : o;
       };
       float* const value = scratch + static_cast<std::size_t>(t) * 3 * atoms;

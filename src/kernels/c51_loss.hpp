@@ -131,9 +131,8 @@ struct C51Loss {
       Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, atoms), [&](const int j) {
         const float dq = valid ? coef * (::expf(logp_online(i, c0 + taken, j)) * msum - projected(i, k, j)) : NAN;
         dq_of[k * atoms + j] = dq;
-        for (int a = 0; a < n; ++a)
-          d_branch_out(table.index(B, atoms, k, i, a, j)) =
-              dq * ((a == taken ? 1.f : 0.f) - 1.f / static_cast<float>(n));
+        float* const d_out = d_branch_out.data() + table.index(B, atoms, k, i, 0, j);
+        for (int a = 0; a < n; ++a) d_out[a * atoms] = dq * ((a == taken ? 1.f : 0.f) - 1.f / static_cast<float>(n));
       });
       Kokkos::single(Kokkos::PerThread(team), [&]() {
         ce_of[k] = valid ? ce / static_cast<float>(K) : NAN;
