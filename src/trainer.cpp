@@ -38,7 +38,7 @@ Trainer::Trainer(const Config& config, const TrainerOptions& options)
       budget_(budget_of(config_)),
       unit_scale_("zs::unit_scale"),
       budget_record_("zs::budget_record", kernels::kBudgetSlots),
-      norm_sums_("zs::norm_sums", kernels::kMaxNorms),
+      norm_scratch_(kernels::make_grad_norms_scratch(stream_.exec())),
       aux_mailbox_(kernels::kBudgetSlots) {
   require(!options.budget.iqn_on && !options.budget.ensemble_on && !options.budget.cql_on,
           "Trainer: TrainerOptions::budget turns on iqn = ", options.budget.iqn_on, ", ensemble = ",
@@ -141,7 +141,7 @@ void Trainer::enqueue_phase(Phase phase) {
         if (iqn_) add(iqn_->out());
         if (ensemble_) add(ensemble_->out());
         if (cql_) add(cql_->out());
-        kernels::grad_norms(exec, grads, norms, norm_sums_);
+        kernels::grad_norms(exec, grads, norms, norm_scratch_);
       } else {
         kernels::global_grad_norm(exec, ConstDeviceFloats(grad_.flat()), grad_norm_);
       }

@@ -17,6 +17,7 @@
 #include "grad_budget.hpp"
 #include "guard.hpp"
 #include "iqn.hpp"
+#include "kernels/grad_norm.hpp"
 #include "mailbox.hpp"
 #include "network.hpp"
 #include "network_plan.hpp"
@@ -150,7 +151,7 @@ class Trainer {
   std::unique_ptr<ParamBuffer> applied_;
   DeviceScalar<float> unit_scale_;  // Adam's clip scale once the budgets have been applied
   Kokkos::View<double*, MemSpace> budget_record_;
-  Kokkos::View<double*, MemSpace> norm_sums_;  // grad_norms' own result: C51's and each auxiliary's
+  kernels::GradNormsScratch<ExecSpace> norm_scratch_;  // grad_norms' partial sums
   Mailbox aux_mailbox_;
   // The main network's forward (online on s and s′, target on s′) and backward, batched.
   std::unique_ptr<ForwardPlan> forward_plan_;

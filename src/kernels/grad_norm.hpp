@@ -2,9 +2,10 @@
 // Accumulates in double: a ~200 K-term sum of squares in float loses digits that the
 // grad-collapse threshold (lr × multiplier) can care about, and double costs nothing here.
 #pragma once
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <utility>
+#include <string>
 #include <vector>
 
 #include "backends/backend.hpp"
@@ -43,59 +44,105 @@ void global_grad_norm(const Exec& exec, Kokkos::View<const float*, typename Exec
 }
 
 // The norms of several gradient buffers of one length (C51's and each auxiliary's, all laid out
-// as the whole parameter buffer) in one launch instead of one each: out[b] = ‖g[b]‖₂.
+// as the whole parameter buffer) in one launch instead of one each: out[b] = ‖g[b]‖₂. A team per
+// (buffer, chunk) sums its chunk's squares; the team that finishes a buffer last adds the
+// chunks' partial sums in chunk order, so the result is the same every run. (Nsight: Kokkos'
+// array reduction kept each thread's four sums in shared memory, 2x slower than four launches.)
 inline constexpr int kMaxNorms = 4;
 
 template <class Exec>
 struct SumsOfSquaresSqrt {
   using MS = typename Exec::memory_space;
-  using value_type = double[];
-  unsigned value_count = 0;
+  using Member = typename Kokkos::TeamPolicy<Exec>::member_type;
   Kokkos::View<const float*, MS> g[kMaxNorms];
   Kokkos::View<double, MS> out[kMaxNorms];
+  Kokkos::View<double*, MS> partials;  // [buffer][chunk]
+  Kokkos::View<int*, MS> done;         // per buffer: chunks finished; the last resets it to 0
+  std::int64_t n = 0;
+  int chunks = 1;
 
-  KOKKOS_INLINE_FUNCTION void init(double* acc) const {
-    for (unsigned b = 0; b < value_count; ++b) acc[b] = 0.0;
-  }
-  KOKKOS_INLINE_FUNCTION void join(volatile double* dst, const volatile double* src) const {
-    for (unsigned b = 0; b < value_count; ++b) dst[b] += src[b];
-  }
-  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t i, double* acc) const {
-    for (unsigned b = 0; b < value_count; ++b) {
-      const double x = g[b](i);
-      acc[b] += x * x;
+  KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
+    const int b = team.league_rank() / chunks, c = team.league_rank() % chunks;
+    const std::int64_t per = (n + chunks - 1) / chunks, begin = c * per, end = begin + per < n ? begin + per : n;
+    const Kokkos::View<const float*, MS>& x = g[b];
+    double sum = 0.0;
+    Kokkos::parallel_reduce(
+        Kokkos::TeamThreadRange(team, begin, end < begin ? begin : end),
+        [&](const std::int64_t i, double& acc) {
+          const double v = x(i);
+          acc += v * v;
+        },
+        sum);
+    if (chunks == 1) {
+      Kokkos::single(Kokkos::PerTeam(team), [&]() { out[b]() = ::sqrt(sum); });
+      return;
     }
-  }
-  // Runs once, on the device, on the reduced sums: each norm lands in its own scalar.
-  KOKKOS_INLINE_FUNCTION void final(double* acc) const {
-    for (unsigned b = 0; b < value_count; ++b) {
-      acc[b] = ::sqrt(acc[b]);
-      out[b]() = acc[b];
-    }
+    Kokkos::single(Kokkos::PerTeam(team), [&]() { partials(b * chunks + c) = sum; });
+    // Publish the partial before counting the chunk as done (as in ColumnSumBatch).
+    Kokkos::memory_fence();
+    team.team_barrier();
+    int last = 0;
+    Kokkos::single(
+        Kokkos::PerTeam(team), [&](int& l) { l = Kokkos::atomic_fetch_add(&done(b), 1) == chunks - 1; }, last);
+    if (!last) return;
+    Kokkos::memory_fence();
+    Kokkos::single(Kokkos::PerTeam(team), [&]() {
+      const volatile double* const p = partials.data() + b * chunks;
+      double total = 0.0;
+      for (int k = 0; k < chunks; ++k) total += p[k];
+      out[b]() = ::sqrt(total);
+      done(b) = 0;
+    });
   }
 };
 
-// Enqueues out[b] = ‖grads[b]‖₂ for every b; `sums` ([≥ count] device doubles) is the
-// reduction's own result. No fence.
+// Enqueues out[b] = ‖grads[b]‖₂ for every b, in one launch. `scratch` holds the partial sums and
+// counters (make_grad_norms_scratch); it must not be shared by launches that may overlap. No fence.
+template <class Exec>
+struct GradNormsScratch {
+  Kokkos::View<double*, typename Exec::memory_space> partials;
+  Kokkos::View<int*, typename Exec::memory_space> done;
+  int chunks = 1;
+};
+
+template <class Exec>
+GradNormsScratch<Exec> make_grad_norms_scratch(const Exec& exec) {
+  constexpr bool host = Kokkos::SpaceAccessibility<Kokkos::HostSpace, typename Exec::memory_space>::accessible;
+  // Device: enough teams per buffer to fill the GPU; host: a chunk per thread.
+  GradNormsScratch<Exec> s;
+  s.chunks = host ? std::max(1, exec.concurrency()) : 64;
+  s.partials = Kokkos::View<double*, typename Exec::memory_space>(std::string("zs::grad_norms::partials"),
+                                                                  kMaxNorms * s.chunks);
+  s.done = Kokkos::View<int*, typename Exec::memory_space>(std::string("zs::grad_norms::done"), kMaxNorms);
+  return s;
+}
+
 template <class Exec>
 void grad_norms(const Exec& exec, const std::vector<Kokkos::View<const float*, typename Exec::memory_space>>& grads,
                 const std::vector<Kokkos::View<double, typename Exec::memory_space>>& out,
-                const Kokkos::View<double*, typename Exec::memory_space>& sums) {
-  require(!grads.empty() && grads.size() <= static_cast<std::size_t>(kMaxNorms) && out.size() == grads.size() &&
-              sums.extent(0) >= grads.size(),
-          "grad_norms: ", grads.size(), " buffers, ", out.size(), " results and ", sums.extent(0),
-          " sums; expected 1 to ", kMaxNorms, " buffers with a result and a sum each");
+                const GradNormsScratch<Exec>& scratch) {
+  require(!grads.empty() && grads.size() <= static_cast<std::size_t>(kMaxNorms) && out.size() == grads.size(),
+          "grad_norms: ", grads.size(), " buffers and ", out.size(), " results; expected 1 to ", kMaxNorms,
+          " buffers with a result each");
+  require(scratch.chunks >= 1 && scratch.partials.extent(0) >= static_cast<std::size_t>(kMaxNorms * scratch.chunks) &&
+              scratch.done.extent(0) >= static_cast<std::size_t>(kMaxNorms),
+          "grad_norms: scratch of ", scratch.partials.extent(0), " partials for ", scratch.chunks,
+          " chunks; expected one from make_grad_norms_scratch");
   SumsOfSquaresSqrt<Exec> f;
-  f.value_count = static_cast<unsigned>(grads.size());
   for (std::size_t b = 0; b < grads.size(); ++b) {
     require(grads[b].extent(0) == grads[0].extent(0) && grads[b].extent(0) > 0, "grad_norms: buffer ", b, " holds ",
             grads[b].extent(0), " floats; expected ", grads[0].extent(0), " like buffer 0, at least 1");
     f.g[b] = grads[b];
     f.out[b] = out[b];
   }
-  Kokkos::parallel_reduce("zs::grad_norms",
-                          Kokkos::RangePolicy<Exec, Kokkos::IndexType<std::int64_t>>(exec, 0, grads[0].extent(0)), f,
-                          Kokkos::subview(sums, std::make_pair(std::size_t{0}, grads.size())));
+  f.partials = scratch.partials;
+  f.done = scratch.done;
+  f.n = static_cast<std::int64_t>(grads[0].extent(0));
+  f.chunks = scratch.chunks;
+  constexpr bool host = Kokkos::SpaceAccessibility<Kokkos::HostSpace, typename Exec::memory_space>::accessible;
+  Kokkos::parallel_for("zs::grad_norms",
+                       Kokkos::TeamPolicy<Exec>(exec, static_cast<int>(grads.size()) * scratch.chunks, host ? 1 : 256),
+                       f);
 }
 
 }  // namespace zs::kernels
