@@ -55,6 +55,16 @@ if [ -n "${ZS_NCU_FILTER:-}" ]; then
   done
   grep -E "^## |^sum" "$out/ncu.md"
 fi
+# Nsight's throughput, occupancy and stall sections for the kernels matching ZS_NCU_DETAIL (a
+# regex), in one step of the benchmark ZS_NCU_DETAIL_BENCH (a filter naming one benchmark).
+if [ -n "${ZS_NCU_DETAIL:-}" ]; then
+  ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+  timeout 300 "$ncu" --profile-from-start off --graph-profiling node --clock-control none -k "regex:${ZS_NCU_DETAIL}" \
+    --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
+    --section MemoryWorkloadAnalysis ./build/cuda/bin/zerosync_bench --benchmark_filter="${ZS_NCU_DETAIL_BENCH:-BM_StepAux/0}" \
+    --benchmark_min_time=0.0001 > "$out/ncu-detail.txt" 2>&1
+  grep -E "zs::|Duration|Throughput|Achieved Occupancy|Registers Per|Theoretical Occupancy|Block Limit" "$out/ncu-detail.txt" | head -80
+fi
 [ -n "${ZS_SKIP_BENCH:-}" ] && exit 0
 timeout "${ZS_BENCH_TIMEOUT:-300}" ./build/cuda/bin/zerosync_bench --benchmark_min_time="${ZS_BENCH_MIN_TIME:-0.1}" \
   --benchmark_out="$out/bench.json" --benchmark_out_format=json \
