@@ -59,7 +59,8 @@ fi
 # regex), in one step of the benchmark ZS_NCU_DETAIL_BENCH (a filter naming one benchmark).
 if [ -n "${ZS_NCU_DETAIL:-}" ]; then
   ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
-  timeout 300 "$ncu" --profile-from-start off --graph-profiling node --clock-control none -k "regex:${ZS_NCU_DETAIL}" \
+  timeout 300 "$ncu" --profile-from-start off --graph-profiling node --clock-control none \
+    --kernel-name-base demangled -k "regex:${ZS_NCU_DETAIL}" \
     --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
     --section MemoryWorkloadAnalysis ./build/cuda/bin/zerosync_bench --benchmark_filter="${ZS_NCU_DETAIL_BENCH:-BM_StepAux/0}" \
     --benchmark_min_time=0.0001 > "$out/ncu-detail.txt" 2>&1

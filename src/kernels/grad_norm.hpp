@@ -86,10 +86,13 @@ struct SumsOfSquaresSqrt {
         Kokkos::PerTeam(team), [&](int& l) { l = Kokkos::atomic_fetch_add(&done(b), 1) == chunks - 1; }, last);
     if (!last) return;
     Kokkos::memory_fence();
+    // The whole team adds the partials (a fixed order for a fixed team size): one thread walking
+    // them would wait out an L2 round trip per chunk.
+    const volatile double* const p = partials.data() + b * chunks;
+    double total = 0.0;
+    Kokkos::parallel_reduce(
+        Kokkos::TeamThreadRange(team, chunks), [&](const int k, double& acc) { acc += p[k]; }, total);
     Kokkos::single(Kokkos::PerTeam(team), [&]() {
-      const volatile double* const p = partials.data() + b * chunks;
-      double total = 0.0;
-      for (int k = 0; k < chunks; ++k) total += p[k];
       out[b]() = ::sqrt(total);
       done(b) = 0;
     });
@@ -110,7 +113,7 @@ GradNormsScratch<Exec> make_grad_norms_scratch(const Exec& exec) {
   constexpr bool host = Kokkos::SpaceAccessibility<Kokkos::HostSpace, typename Exec::memory_space>::accessible;
   // Device: enough teams per buffer to fill the GPU; host: a chunk per thread.
   GradNormsScratch<Exec> s;
-  s.chunks = host ? std::max(1, exec.concurrency()) : 64;
+  s.chunks = host ? std::max(1, exec.concurrency()) : 128;
   s.partials = Kokkos::View<double*, typename Exec::memory_space>(std::string("zs::grad_norms::partials"),
                                                                   kMaxNorms * s.chunks);
   s.done = Kokkos::View<int*, typename Exec::memory_space>(std::string("zs::grad_norms::done"), kMaxNorms);
