@@ -59,9 +59,15 @@ class BiasActLaunch {
   }
   void operator()(const Exec& exec) const {
     constexpr bool host = Kokkos::SpaceAccessibility<Kokkos::HostSpace, typename Exec::memory_space>::accessible;
-    // Device: 8 warps a team, one row each. Host: one thread takes 32 rows, a row's columns in a
-    // plain (vectorisable) loop.
-    const int per_team = host ? 32 : 8, blocks = (rows_ + per_team - 1) / per_team;
+    // Device: a warp per row, up to 8 a team, fewer when rows are few, so that there are still
+    // about kTeams teams to spread over the SMs (B = 256: 768 trunk rows in 96 teams of 8 ran
+    // 2x slower than in teams of 1). Host: one thread takes 32 rows, a row's columns in a plain
+    // (vectorisable) loop.
+    constexpr int kTeams = 512;
+    const int total_rows = static_cast<int>(table_.extent(0)) * rows_;
+    int per_team = host ? 32 : 8;
+    while (!host && per_team > 1 && total_rows / per_team < kTeams) per_team /= 2;
+    const int blocks = (rows_ + per_team - 1) / per_team;
     Kokkos::parallel_for("zs::bias_act_batch",
                          Kokkos::TeamPolicy<Exec>(exec, static_cast<int>(table_.extent(0)) * blocks, host ? 1 : per_team,
                                                   host ? 1 : 32),
