@@ -23,17 +23,8 @@ namespace {
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
-// torch.nn.utils.clip_grad_norm_'s coefficient; a NaN/Inf norm adds nothing.
-double reference_clip(double norm, double limit) {
-  if (!std::isfinite(norm)) return 0.0;
-  return std::min(1.0, limit / (norm + 1e-6));
-}
-
-double reference_norm(const std::vector<float>& g) {
-  double s = 0;
-  for (float x : g) s += double(x) * x;
-  return std::sqrt(s);
-}
+using zs::test::reference_clip;
+using zs::test::reference_norm;
 
 // torch.optim.Adam (no weight decay, not amsgrad) on the clipped gradient, then the Polyak
 // target update, naive and in double. It also tracks a magnitude per element (the same

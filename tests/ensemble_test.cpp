@@ -29,13 +29,7 @@ zs::Config ens_config(std::uint64_t seed, int k) {
 using zs::test::as_double;
 using zs::test::ref_batch;
 
-template <class T, class View>
-void upload(const std::vector<T>& v, const View& d) {
-  ASSERT_EQ(v.size(), d.size());
-  auto h = Kokkos::create_mirror_view(d);
-  std::copy(v.begin(), v.end(), h.data());
-  Kokkos::deep_copy(d, h);
-}
+using zs::test::upload;
 
 // Log-softmax over atoms, in double, of each [atoms] run of `logits`.
 std::vector<float> log_softmax_rows(const std::vector<double>& logits, int atoms) {

@@ -23,17 +23,8 @@ namespace {
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
-// The references, naive and in double.
-double reference_norm(const std::vector<float>& g) {
-  double s = 0.0;
-  for (float x : g) s += double(x) * double(x);
-  return std::sqrt(s);
-}
-
-double reference_scale(double norm, double limit) {
-  if (!std::isfinite(norm)) return 0.0;
-  return std::min(1.0, limit / (norm + 1e-6));
-}
+using zs::test::reference_norm;
+using zs::test::reference_clip;
 
 zs::DeviceScalar<double> device_double(double x) {
   zs::DeviceScalar<double> d("zs::test::double");
@@ -82,7 +73,7 @@ TEST(GradClip, ScaleMatchesReference) {
   for (double norm : {0.0, 1e-9, 0.5, 6.999999, 7.0, 7.000001, 10.0, 123.456, 1e30}) {
     for (float limit : {0.f, 0.7f, 7.f, 10.f}) {
       SCOPED_TRACE(testing::Message() << "norm " << norm << ", limit " << limit);
-      const double ref = reference_scale(norm, limit);
+      const double ref = reference_clip(norm, limit);
       const float got = device_clip_scale(norm, limit);
       EXPECT_NEAR(got, ref, 1e-7 * ref + 1e-30);
       EXPECT_LE(got, 1.f);
@@ -119,7 +110,7 @@ TEST(GradClip, ClipsToTheLimitOnAwkwardSizes) {
       Clip().on_device(stream, d, norm, scale, limit);
       stream.synchronize();
       const double ref_norm = reference_norm(g);
-      const double s = reference_scale(ref_norm, limit);
+      const double s = reference_clip(ref_norm, limit);
       const auto got = zs::test::to_host(d);
       for (std::size_t i = 0; i < n; ++i) {
         const double ref = double(g[i]) * s;
@@ -218,7 +209,7 @@ TEST(GradClip, ClippedSaxpyMatchesReferenceOnASubrange) {
         zs::kernels::global_grad_norm(stream.exec(), zs::ConstDeviceFloats(daux), aux_norm);
         zs::kernels::clipped_saxpy(stream.exec(), range, daux, aux_norm, limit);
         stream.synchronize();
-        const double s = reference_scale(reference_norm(aux), limit);
+        const double s = reference_clip(reference_norm(aux), limit);
         const auto got = zs::test::to_host(dst);
         for (std::size_t i = 0; i < total; ++i) {
           if (i < offset || i >= offset + n) {
@@ -317,14 +308,14 @@ TEST(GradClip, GraphReplayWithFreshInputs) {
     graph.replay(stream);
     stream.synchronize();
     // Reference: the saxpy first, then the clip of the sum.
-    const double sa = reference_scale(reference_norm(a), aux_limit);
+    const double sa = reference_clip(reference_norm(a), aux_limit);
     std::vector<double> sum(n);
     double sq = 0;
     for (std::size_t i = 0; i < n; ++i) {
       sum[i] = g[i] + (i >= 5 && i < 5 + aux_n ? sa * a[i - 5] : 0.0);
       sq += sum[i] * sum[i];
     }
-    const double s = reference_scale(std::sqrt(sq), limit);
+    const double s = reference_clip(std::sqrt(sq), limit);
     const auto got = zs::test::to_host(grad);
     for (std::size_t i = 0; i < n; ++i) {
       const double ref = sum[i] * s;

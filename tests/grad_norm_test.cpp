@@ -11,12 +11,7 @@
 
 namespace {
 
-// The reference: a naive loop in double.
-double reference_norm(const std::vector<float>& g) {
-  double s = 0.0;
-  for (float x : g) s += static_cast<double>(x) * static_cast<double>(x);
-  return std::sqrt(s);
-}
+using zs::test::reference_norm;
 
 double device_norm(const std::vector<float>& g) {
   zs::Stream stream;

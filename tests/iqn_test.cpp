@@ -35,13 +35,7 @@ using IntMat = Kokkos::View<int**, Kokkos::LayoutRight, zs::MemSpace>;
 using Ints = Kokkos::View<int*, zs::MemSpace>;
 using ConstVec = Kokkos::View<const float*, zs::MemSpace, Kokkos::MemoryUnmanaged>;
 
-template <class T, class View>
-void upload(const std::vector<T>& v, const View& d) {
-  ASSERT_EQ(v.size(), d.size());
-  auto h = Kokkos::create_mirror_view(d);
-  std::copy(v.begin(), v.end(), h.data());
-  Kokkos::deep_copy(d, h);
-}
+using zs::test::upload;
 
 Mat as_mat(const zs::DeviceFloats& d, int rows, int cols) { return Mat(d.data(), rows, cols); }
 

@@ -3,6 +3,8 @@
 #pragma once
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <functional>
 #include <random>
@@ -55,6 +57,28 @@ inline DeviceFloats to_device(const std::vector<float>& v, const std::string& la
   for (std::size_t i = 0; i < v.size(); ++i) h(i) = v[i];
   Kokkos::deep_copy(d, h);
   return d;
+}
+
+// Copies a host vector into an existing device view of the same size.
+template <class T, class View>
+void upload(const std::vector<T>& v, const View& d) {
+  ASSERT_EQ(v.size(), d.size());
+  auto h = Kokkos::create_mirror_view(d);
+  std::copy(v.begin(), v.end(), h.data());
+  Kokkos::deep_copy(d, h);
+}
+
+// The references of the clipping kernels, naive and in double: ‖g‖₂, and
+// torch.nn.utils.clip_grad_norm_'s coefficient (0 for a NaN/Inf norm: it adds nothing).
+inline double reference_norm(const std::vector<float>& g) {
+  double s = 0.0;
+  for (float x : g) s += double(x) * double(x);
+  return std::sqrt(s);
+}
+
+inline double reference_clip(double norm, double limit) {
+  if (!std::isfinite(norm)) return 0.0;
+  return std::min(1.0, limit / (norm + 1e-6));
 }
 
 template <class View>
