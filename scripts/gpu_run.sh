@@ -44,8 +44,8 @@ if [ -z "${ZS_SKIP_TRAIN:-}" ]; then
 fi
 # Kernel by kernel: one step of each benchmark matching ZS_NCU_FILTER under Nsight Compute
 # (the benchmarks mark that step with profiler_start/stop), summed by tools/ncu_summary.py.
+ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
 if [ -n "${ZS_NCU_FILTER:-}" ]; then
-  ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
   : > "$out/ncu.md"
   for b in $(./build/cuda/bin/zerosync_bench --benchmark_list_tests --benchmark_filter="$ZS_NCU_FILTER"); do
     timeout 240 "$ncu" --profile-from-start off --graph-profiling node --clock-control none \
@@ -58,7 +58,6 @@ fi
 # Nsight's throughput, occupancy and stall sections for the kernels matching ZS_NCU_DETAIL (a
 # regex), in one step of the benchmark ZS_NCU_DETAIL_BENCH (a filter naming one benchmark).
 if [ -n "${ZS_NCU_DETAIL:-}" ]; then
-  ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
   timeout 300 "$ncu" --profile-from-start off --graph-profiling node --clock-control none \
     --kernel-name-base demangled -k "regex:${ZS_NCU_DETAIL}" \
     --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \

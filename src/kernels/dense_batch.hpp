@@ -10,6 +10,7 @@
 #include "backends/backend.hpp"
 #include "error.hpp"
 #include "host_copy.hpp"
+#include "kernels/last_team.hpp"
 
 namespace zs::kernels {
 
@@ -147,16 +148,7 @@ struct ColumnSumBatch {
       else
         mine[j] = s;
     });
-    if (blocks == 1) return;
-    // Publish this block's partials before counting it as done (the threadfence-reduction
-    // pattern): the last block must see every other block's writes.
-    Kokkos::memory_fence();
-    team.team_barrier();
-    int last = 0;
-    Kokkos::single(
-        Kokkos::PerTeam(team), [&](int& l) { l = Kokkos::atomic_fetch_add(&done(chunk), 1) == blocks - 1; }, last);
-    if (!last) return;
-    Kokkos::memory_fence();
+    if (blocks == 1 || !finished_last(team, &done(chunk), blocks)) return;
     const volatile float* const all = partials.data() + static_cast<std::size_t>(chunk) * blocks * kColumnChunk;
     Kokkos::parallel_for(Kokkos::TeamVectorRange(team, width), [&](const int j) {
       // Loads in groups, adds in block order: volatile loads are not reordered, so one add per

@@ -10,6 +10,7 @@
 
 #include "backends/backend.hpp"
 #include "error.hpp"
+#include "kernels/last_team.hpp"
 
 namespace zs::kernels {
 
@@ -45,8 +46,8 @@ void global_grad_norm(const Exec& exec, Kokkos::View<const float*, typename Exec
 
 // The norms of several gradient buffers of one length (C51's and each auxiliary's, all laid out
 // as the whole parameter buffer) in one launch instead of one each: out[b] = ‖g[b]‖₂. A team per
-// (buffer, chunk) sums its chunk's squares; the team that finishes a buffer last adds the
-// chunks' partial sums in chunk order, so the result is the same every run. (Nsight: Kokkos'
+// (buffer, chunk) sums its chunk's squares; the team that finishes a buffer last
+// (finished_last) adds the chunks' partial sums in chunk order, so the result is the same every run. (Nsight: Kokkos'
 // array reduction kept each thread's four sums in shared memory, 2x slower than four launches.)
 inline constexpr int kMaxNorms = 4;
 
@@ -78,14 +79,7 @@ struct SumsOfSquaresSqrt {
       return;
     }
     Kokkos::single(Kokkos::PerTeam(team), [&]() { partials(b * chunks + c) = sum; });
-    // Publish the partial before counting the chunk as done (as in ColumnSumBatch).
-    Kokkos::memory_fence();
-    team.team_barrier();
-    int last = 0;
-    Kokkos::single(
-        Kokkos::PerTeam(team), [&](int& l) { l = Kokkos::atomic_fetch_add(&done(b), 1) == chunks - 1; }, last);
-    if (!last) return;
-    Kokkos::memory_fence();
+    if (!finished_last(team, &done(b), chunks)) return;
     // The whole team adds the partials (a fixed order for a fixed team size): one thread walking
     // them would wait out an L2 round trip per chunk.
     const volatile double* const p = partials.data() + b * chunks;
