@@ -4,8 +4,8 @@
 
 #include "backends/stream.hpp"
 #include "kernels/grad_norm.hpp"
-#include "mailbox.hpp"
-#include "param_buffer.hpp"
+#include "backends/mailbox.hpp"
+#include "nn/param_buffer.hpp"
 
 int main(int argc, char** argv) {
   Kokkos::ScopeGuard kokkos(argc, argv);

@@ -3,7 +3,7 @@
 #include <cstdio>
 #include <cstdlib>
 
-#include "trainer.hpp"
+#include "train/trainer.hpp"
 
 int main(int argc, char** argv) {
   Kokkos::ScopeGuard kokkos(argc, argv);

@@ -7,7 +7,7 @@
 
 #include "backends/graph.hpp"
 #include "bench_util.hpp"
-#include "config.hpp"
+#include "core/config.hpp"
 #include "kernels/acting.hpp"
 #include "kernels/routing.hpp"
 

@@ -3,7 +3,7 @@
 #include <benchmark/benchmark.h>
 
 #include "bench_util.hpp"
-#include "envs.hpp"
+#include "rl/envs.hpp"
 
 namespace {
 

@@ -4,7 +4,7 @@
 #include "backends/graph.hpp"
 #include "bench_util.hpp"
 #include "kernels/grad_norm.hpp"
-#include "param_buffer.hpp"
+#include "nn/param_buffer.hpp"
 
 namespace {
 

@@ -4,7 +4,7 @@
 
 #include "backends/graph.hpp"
 #include "bench_util.hpp"
-#include "guard.hpp"
+#include "train/guard.hpp"
 
 namespace {
 

@@ -11,7 +11,7 @@
 #include "kernels/adam.hpp"
 #include "kernels/grad_clip.hpp"
 #include "kernels/target_update.hpp"
-#include "param_layout.hpp"
+#include "core/param_layout.hpp"
 
 namespace {
 

@@ -6,9 +6,9 @@
 
 #include "backends/graph.hpp"
 #include "bench_util.hpp"
-#include "config.hpp"
-#include "kernels/q_monitor.hpp"
-#include "q_monitor.hpp"
+#include "core/config.hpp"
+#include "kernels/q_stats.hpp"
+#include "train/q_monitor.hpp"
 
 namespace {
 

@@ -5,7 +5,7 @@
 #include <random>
 
 #include "bench_util.hpp"
-#include "replay.hpp"
+#include "rl/replay.hpp"
 
 namespace {
 

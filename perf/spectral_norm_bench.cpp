@@ -7,8 +7,8 @@
 
 #include "backends/graph.hpp"
 #include "bench_util.hpp"
-#include "param_buffer.hpp"
-#include "spectral_norm.hpp"
+#include "nn/param_buffer.hpp"
+#include "nn/spectral_norm.hpp"
 
 namespace {
 

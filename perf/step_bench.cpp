@@ -5,7 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bench_util.hpp"
-#include "trainer.hpp"
+#include "train/trainer.hpp"
 
 namespace {
 

@@ -4,7 +4,7 @@
 #include <benchmark/benchmark.h>
 
 #include "bench_util.hpp"
-#include "train_loop.hpp"
+#include "rl/train_loop.hpp"
 
 namespace {
 

@@ -12,7 +12,7 @@
 
 #include "backends/graph.hpp"
 #include "backends/stream.hpp"
-#include "error.hpp"
+#include "core/error.hpp"
 #include "test_util.hpp"
 
 namespace {

@@ -10,7 +10,7 @@
 
 #include "backends/graph.hpp"
 #include "backends/stream.hpp"
-#include "error.hpp"
+#include "core/error.hpp"
 #include "kernels/budget_sum.hpp"
 #include "kernels/grad_norm.hpp"
 #include "test_util.hpp"

@@ -6,10 +6,10 @@
 
 #include <nlohmann/json.hpp>
 
-#include "error.hpp"
-#include "grad_budget.hpp"
+#include "core/error.hpp"
+#include "losses/grad_budget.hpp"
 #include "test_util.hpp"
-#include "trainer.hpp"
+#include "train/trainer.hpp"
 
 namespace {
 

@@ -10,8 +10,8 @@
 
 #include "backends/graph.hpp"
 #include "backends/stream.hpp"
-#include "envs.hpp"
-#include "error.hpp"
+#include "rl/envs.hpp"
+#include "core/error.hpp"
 #include "test_util.hpp"
 
 namespace {

@@ -8,9 +8,9 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
-#include "safetensors.hpp"
+#include "core/safetensors.hpp"
 #include "test_util.hpp"
-#include "trainer.hpp"
+#include "train/trainer.hpp"
 
 namespace {
 

@@ -3,8 +3,8 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "config.hpp"
-#include "error.hpp"
+#include "core/config.hpp"
+#include "core/error.hpp"
 #include "test_util.hpp"
 
 using zs::Config;

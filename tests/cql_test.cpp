@@ -4,11 +4,11 @@
 
 #include <nlohmann/json.hpp>
 
-#include "kernels/cql.hpp"
+#include "kernels/cql_loss.hpp"
 #include "fd_check.hpp"
 #include "network_reference.hpp"
 #include "test_util.hpp"
-#include "trainer.hpp"
+#include "train/trainer.hpp"
 
 namespace {
 

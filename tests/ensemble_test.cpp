@@ -13,10 +13,10 @@
 
 #include "backends/stream.hpp"
 #include "fd_check.hpp"
-#include "kernels/ensemble.hpp"
+#include "kernels/ensemble_loss.hpp"
 #include "network_reference.hpp"
 #include "test_util.hpp"
-#include "trainer.hpp"
+#include "train/trainer.hpp"
 
 namespace {
 

@@ -12,11 +12,11 @@
 #include <string>
 #include <vector>
 
-#include "batch.hpp"
+#include "nn/batch.hpp"
 #include "network_reference.hpp"
-#include "param_layout.hpp"
+#include "core/param_layout.hpp"
 #include "test_util.hpp"
-#include "trainer.hpp"
+#include "train/trainer.hpp"
 
 namespace zs::test {
 

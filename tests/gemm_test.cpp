@@ -8,7 +8,7 @@
 
 #include "backends/gemm.hpp"
 #include "backends/graph.hpp"
-#include "error.hpp"
+#include "core/error.hpp"
 #include "test_util.hpp"
 
 namespace {

@@ -10,12 +10,12 @@
 
 #include "backends/graph.hpp"
 #include "backends/stream.hpp"
-#include "error.hpp"
-#include "grad_budget.hpp"
+#include "core/error.hpp"
+#include "losses/grad_budget.hpp"
 #include "kernels/adam.hpp"
 #include "kernels/grad_clip.hpp"
 #include "kernels/grad_norm.hpp"
-#include "param_layout.hpp"
+#include "core/param_layout.hpp"
 #include "test_util.hpp"
 
 namespace {

@@ -4,9 +4,9 @@
 #include <limits>
 
 #include "backends/stream.hpp"
-#include "error.hpp"
+#include "core/error.hpp"
 #include "kernels/grad_norm.hpp"
-#include "param_layout.hpp"
+#include "core/param_layout.hpp"
 #include "test_util.hpp"
 
 namespace {

@@ -7,9 +7,9 @@
 
 #include "backends/graph.hpp"
 #include "backends/stream.hpp"
-#include "error.hpp"
+#include "core/error.hpp"
 #include "kernels/grad_norm.hpp"
-#include "mailbox.hpp"
+#include "backends/mailbox.hpp"
 #include "test_util.hpp"
 
 TEST(Graph, GradNormAndMailboxReplayWithFreshInputs) {

@@ -6,9 +6,9 @@
 
 #include "backends/graph.hpp"
 #include "backends/stream.hpp"
-#include "error.hpp"
-#include "guard.hpp"
-#include "kernels/guard.hpp"
+#include "core/error.hpp"
+#include "train/guard.hpp"
+#include "kernels/guard_check.hpp"
 #include "test_util.hpp"
 
 namespace {

@@ -12,11 +12,11 @@
 #include <nlohmann/json.hpp>
 
 #include "backends/stream.hpp"
-#include "kernels/iqn.hpp"
+#include "kernels/iqn_quantiles.hpp"
 #include "fd_check.hpp"
 #include "network_reference.hpp"
 #include "test_util.hpp"
-#include "trainer.hpp"
+#include "train/trainer.hpp"
 
 namespace {
 

@@ -1,8 +1,8 @@
 #include <gtest/gtest.h>
 
 #include "backends/stream.hpp"
-#include "error.hpp"
-#include "mailbox.hpp"
+#include "core/error.hpp"
+#include "backends/mailbox.hpp"
 #include "test_util.hpp"
 
 TEST(Mailbox, EmptyUntilTheFirstPost) {

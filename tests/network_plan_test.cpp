@@ -12,7 +12,7 @@
 
 #include "backends/gemm.hpp"
 #include "kernels/dense_batch.hpp"
-#include "network_plan.hpp"
+#include "nn/network_plan.hpp"
 #include "test_util.hpp"
 
 namespace {

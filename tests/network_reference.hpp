@@ -5,8 +5,8 @@
 #include <cmath>
 #include <vector>
 
-#include "config.hpp"
-#include "param_layout.hpp"
+#include "core/config.hpp"
+#include "core/param_layout.hpp"
 
 namespace zs::test {
 

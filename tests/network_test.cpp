@@ -9,8 +9,8 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
-#include "batch.hpp"
-#include "network.hpp"
+#include "nn/batch.hpp"
+#include "nn/network.hpp"
 #include "fd_check.hpp"
 #include "network_reference.hpp"
 #include "test_util.hpp"

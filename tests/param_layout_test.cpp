@@ -3,9 +3,9 @@
 #include <algorithm>
 #include <nlohmann/json.hpp>
 
-#include "error.hpp"
-#include "param_buffer.hpp"
-#include "param_layout.hpp"
+#include "core/error.hpp"
+#include "nn/param_buffer.hpp"
+#include "core/param_layout.hpp"
 #include "test_util.hpp"
 
 using zs::Config;

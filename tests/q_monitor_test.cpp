@@ -9,10 +9,10 @@
 
 #include "backends/graph.hpp"
 #include "backends/stream.hpp"
-#include "config.hpp"
-#include "error.hpp"
-#include "kernels/q_monitor.hpp"
-#include "q_monitor.hpp"
+#include "core/config.hpp"
+#include "core/error.hpp"
+#include "kernels/q_stats.hpp"
+#include "train/q_monitor.hpp"
 #include "test_util.hpp"
 
 namespace {

@@ -14,8 +14,8 @@
 
 #include "backends/graph.hpp"
 #include "backends/stream.hpp"
-#include "error.hpp"
-#include "replay.hpp"
+#include "core/error.hpp"
+#include "rl/replay.hpp"
 #include "test_util.hpp"
 
 namespace {

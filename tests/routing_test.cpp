@@ -11,7 +11,7 @@
 
 #include "backends/graph.hpp"
 #include "backends/stream.hpp"
-#include "error.hpp"
+#include "core/error.hpp"
 #include "test_util.hpp"
 
 namespace {

@@ -7,8 +7,8 @@
 #include <fstream>
 #include <sstream>
 
-#include "progress.hpp"
-#include "run_dir.hpp"
+#include "app/progress.hpp"
+#include "app/run_dir.hpp"
 #include "test_util.hpp"
 
 namespace {

@@ -1,4 +1,4 @@
-#include "safetensors.hpp"
+#include "core/safetensors.hpp"
 
 #include <gtest/gtest.h>
 
@@ -12,7 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
-#include "error.hpp"
+#include "core/error.hpp"
 #include "test_util.hpp"
 
 namespace st = zs::safetensors;

@@ -1,4 +1,4 @@
-#include "spectral_norm.hpp"
+#include "nn/spectral_norm.hpp"
 
 #include <gtest/gtest.h>
 
@@ -10,8 +10,8 @@
 
 #include "backends/graph.hpp"
 #include "backends/stream.hpp"
-#include "error.hpp"
-#include "param_layout.hpp"
+#include "core/error.hpp"
+#include "core/param_layout.hpp"
 #include "test_util.hpp"
 
 namespace {

@@ -9,8 +9,8 @@
 #include <sstream>
 
 #include "network_reference.hpp"
-#include "safetensors.hpp"
-#include "step_command.hpp"
+#include "core/safetensors.hpp"
+#include "app/step_command.hpp"
 #include "test_util.hpp"
 
 namespace st = zs::safetensors;

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "backends/stream.hpp"
-#include "error.hpp"
+#include "core/error.hpp"
 #include "kernels/sum_tree.hpp"
 #include "test_util.hpp"
 

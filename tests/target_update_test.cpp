@@ -12,9 +12,9 @@
 
 #include "backends/graph.hpp"
 #include "backends/stream.hpp"
-#include "error.hpp"
+#include "core/error.hpp"
 #include "kernels/target_update.hpp"
-#include "param_layout.hpp"
+#include "core/param_layout.hpp"
 #include "test_util.hpp"
 
 namespace {

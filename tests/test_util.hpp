@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "backends/backend.hpp"
-#include "error.hpp"
+#include "core/error.hpp"
 
 namespace zs::test {
 

@@ -8,7 +8,7 @@
 #include <cstdlib>
 
 #include "test_util.hpp"
-#include "train_command.hpp"
+#include "app/train_command.hpp"
 
 namespace {
 

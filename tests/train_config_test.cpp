@@ -5,8 +5,8 @@
 #include <fstream>
 
 #include "test_util.hpp"
-#include "kernels/train_loop.hpp"
-#include "train_config.hpp"
+#include "kernels/loop_schedules.hpp"
+#include "rl/train_config.hpp"
 
 namespace {
 

@@ -8,9 +8,9 @@
 #include <random>
 
 #include "backends/stream.hpp"
-#include "kernels/train_loop.hpp"
+#include "kernels/loop_schedules.hpp"
 #include "test_util.hpp"
-#include "train_loop.hpp"
+#include "rl/train_loop.hpp"
 
 namespace {
 

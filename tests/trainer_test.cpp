@@ -12,7 +12,7 @@
 
 #include "network_reference.hpp"
 #include "test_util.hpp"
-#include "trainer.hpp"
+#include "train/trainer.hpp"
 
 namespace {
 

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "backends/stream.hpp"
-#include "config.hpp"
+#include "core/precision.hpp"
 
 namespace zs {
 

@@ -10,7 +10,7 @@
 #include <string>
 
 #include "backends/backend.hpp"
-#include "error.hpp"
+#include "core/error.hpp"
 #include "kernels/grad_clip.hpp"  // clip_coefficient, and detail::flat_block: the flat kernels' work split
 
 namespace zs::kernels {

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "backends/backend.hpp"
-#include "error.hpp"
+#include "core/error.hpp"
 #include "kernels/grad_clip.hpp"
 
 namespace zs::kernels {

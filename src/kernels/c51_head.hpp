@@ -6,8 +6,8 @@
 #include <vector>
 
 #include "backends/backend.hpp"
-#include "error.hpp"
-#include "host_copy.hpp"
+#include "core/error.hpp"
+#include "backends/host_copy.hpp"
 
 namespace zs::kernels {
 

@@ -6,7 +6,7 @@
 #include <cmath>
 
 #include "backends/backend.hpp"
-#include "error.hpp"
+#include "core/error.hpp"
 #include "kernels/c51_head.hpp"
 #include "kernels/math.hpp"
 

@@ -14,7 +14,7 @@
 #include <cstdint>
 
 #include "backends/backend.hpp"
-#include "error.hpp"
+#include "core/error.hpp"
 #include "kernels/vec_env.hpp"
 
 namespace zs::kernels {

@@ -2,7 +2,7 @@
 // the forward product, the ReLU mask and the bias gradient (column sums) in the backward pass.
 #pragma once
 #include "backends/backend.hpp"
-#include "error.hpp"
+#include "core/error.hpp"
 
 namespace zs::kernels {
 

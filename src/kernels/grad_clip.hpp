@@ -7,7 +7,7 @@
 #include <cstdint>
 
 #include "backends/backend.hpp"
-#include "error.hpp"
+#include "core/error.hpp"
 #include "kernels/math.hpp"
 
 namespace zs::kernels {

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "backends/backend.hpp"
-#include "error.hpp"
+#include "core/error.hpp"
 #include "kernels/last_team.hpp"
 
 namespace zs::kernels {

@@ -8,7 +8,7 @@
 #include <cstdint>
 
 #include "backends/backend.hpp"
-#include "error.hpp"
+#include "core/error.hpp"
 #include "kernels/routing.hpp"
 #include "kernels/vec_env.hpp"
 

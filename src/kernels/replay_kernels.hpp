@@ -11,7 +11,7 @@
 #include <cstdint>
 
 #include "backends/backend.hpp"
-#include "error.hpp"
+#include "core/error.hpp"
 #include "kernels/acting.hpp"
 #include "kernels/math.hpp"
 #include "kernels/sum_tree.hpp"

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "backends/backend.hpp"
-#include "error.hpp"
+#include "core/error.hpp"
 #include "kernels/math.hpp"
 
 namespace zs::kernels {

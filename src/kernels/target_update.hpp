@@ -6,7 +6,7 @@
 #include <cstdint>
 
 #include "backends/backend.hpp"
-#include "error.hpp"
+#include "core/error.hpp"
 #include "kernels/grad_clip.hpp"  // detail::flat_block: the flat kernels' shared work split
 
 namespace zs::kernels {

@@ -2,7 +2,7 @@
 #pragma once
 #include <cuda_runtime.h>
 
-#include "error.hpp"
+#include "core/error.hpp"
 
 #define ZS_CUDA_CHECK(call)                                                              \
   do {                                                                                   \

@@ -3,7 +3,7 @@
 #include <fstream>
 
 #include "backends/backend.hpp"
-#include "error.hpp"
+#include "core/error.hpp"
 
 namespace zs {
 

@@ -2,7 +2,7 @@
 // matching CUDA, where capture records work without executing it.
 #include "backends/graph.hpp"
 
-#include "error.hpp"
+#include "core/error.hpp"
 
 namespace zs {
 

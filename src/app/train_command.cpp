@@ -1,0 +1,265 @@
+#include "app/train_command.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <csignal>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <iomanip>
+#include <sstream>
+
+#include "app/progress.hpp"
+#include "app/run_dir.hpp"
+#include "rl/train_loop.hpp"
+
+namespace zs {
+
+namespace {
+
+std::atomic<bool> g_stop{false};
+
+extern "C" void on_sigint(int) {
+  g_stop.store(true);
+  std::signal(SIGINT, SIG_DFL);  // a second Ctrl-C ends the program at once
+}
+
+// Installs the Ctrl-C handler for the run and restores the previous one afterwards.
+struct SigintScope {
+  void (*previous)(int);
+  SigintScope() : previous(std::signal(SIGINT, on_sigint)) { g_stop.store(false); }
+  ~SigintScope() { std::signal(SIGINT, previous); }
+};
+
+std::string default_run_dir(const std::string& env) {
+  const std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  localtime_r(&t, &tm);
+  std::ostringstream os;
+  os << "runs/" << env << "-" << std::put_time(&tm, "%Y%m%d-%H%M%S");
+  return os.str();
+}
+
+TrainConfig resolve_config(const TrainCommand& cmd, const RunPaths& run) {
+  if (cmd.resume) {
+    require(cmd.env.empty() && cmd.config_path.empty() && !cmd.envs && !cmd.seed,
+            "train --resume: --env, --config, --envs and --seed are not allowed; the run continues with its ",
+            "own ", run.config(), " (only --steps may change)");
+    require(std::filesystem::exists(run.config()), "train --resume: no config.json in '", run.dir,
+            "'; expected the directory of an earlier zerosync train run");
+    TrainConfig c = TrainConfig::from_file(run.config());
+    if (cmd.steps) c.steps = *cmd.steps;
+    c.validate();
+    return c;
+  }
+  std::string env = cmd.env.empty() ? "cartpole" : cmd.env;
+  require(env == "cartpole" || env == "market", "train: --env ", env, " is invalid; expected cartpole or market");
+  TrainConfig c = TrainConfig::defaults_for(env);
+  if (!cmd.config_path.empty()) {
+    c = TrainConfig::from_file(cmd.config_path, c);
+    require(cmd.env.empty() || c.env == cmd.env, "train: --env ", cmd.env, " and the config's env '", c.env,
+            "' disagree; expected one of them, or both the same");
+  }
+  if (cmd.steps) c.steps = *cmd.steps;
+  if (cmd.envs) c.envs = *cmd.envs;
+  if (cmd.seed) c.seed = *cmd.seed;
+  c.validate();
+  return c;
+}
+
+const char* guard_word(const std::optional<GuardStatus>& g) {
+  if (!g || g->step < 0) return "-";
+  if (g->halt_nan) return "NaN";
+  if (g->halt_loss_clip) return "loss-clip";
+  if (g->halt_grad_collapse) return "collapse";
+  return "ok";
+}
+
+std::string rate(double per_s) { return compact(per_s) + "/s"; }
+
+}  // namespace
+
+void request_train_stop() { g_stop.store(true); }
+
+TrainSummary run_train_command(const TrainCommand& cmd, std::ostream& log) {
+  RunPaths run{cmd.out};
+  if (run.dir.empty()) {
+    require(!cmd.resume, "train --resume: expected --out RUN_DIR, the directory of the run to continue");
+    run.dir = default_run_dir(cmd.env.empty() ? "cartpole" : cmd.env);
+  }
+  if (!cmd.resume)
+    require(!std::filesystem::exists(run.dir + "/checkpoint") && !std::filesystem::exists(run.config()),
+            "train: '", run.dir, "' already holds a run; expected a new directory, or --resume to continue it");
+  const TrainConfig config = resolve_config(cmd, run);
+  std::filesystem::create_directories(run.dir);
+
+  TrainLoop loop(config);
+  std::int64_t start_steps = 0;
+  if (cmd.resume) {
+    require(std::filesystem::exists(run.checkpoint() + "/loop.safetensors"), "train --resume: no checkpoint in '",
+            run.checkpoint(), "'; expected one written by an earlier run (at checkpoint_every, Ctrl-C or the end)");
+    loop.load(run.checkpoint());
+    start_steps = loop.env_steps();
+    CsvLog::truncate_after(run.metrics(), start_steps);
+    CsvLog::truncate_after(run.evals(), start_steps);
+    log << "resuming " << run.dir << " at " << start_steps << " environment steps\n";
+  } else {
+    std::ofstream out(run.config());
+    out << std::setw(2) << config.to_json() << '\n';
+    require(out.good(), "train: cannot write '", run.config(), "'");
+  }
+  CsvLog metrics(run.metrics(), {"env_steps", "wall_s", "updates", "episodes", "recent_return", "loss", "grad_norm",
+                                 "epsilon", "beta", "replay", "guard"});
+  CsvLog evals(run.evals(), {"env_steps", "round", "episodes", "mean", "min", "max", "wall_s"});
+
+  log << "zerosync train: env " << config.env << ", " << config.envs << " envs, " << config.steps
+      << " environment steps, batch " << config.batch_size << ", network " << loop.trainer().layout().size()
+      << " floats; run directory " << run.dir << "\n";
+
+  TrainSummary s;
+  s.run_dir = run.dir;
+  s.checkpoint = run.checkpoint();
+  s.best_eval = s.last_eval = std::nan("");
+  const SigintScope sigint;
+  ProgressBar bar(log, config.steps, !cmd.quiet && isatty(STDERR_FILENO) && &log == &std::cerr);
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
+  const auto next_multiple = [&](std::int64_t every) { return every > 0 ? (start_steps / every + 1) * every : -1; };
+  std::int64_t next_eval = next_multiple(config.eval_every), next_ckpt = next_multiple(config.checkpoint_every);
+  double next_report = 0, last_rate_t = 0;
+  std::int64_t last_rate_steps = start_steps, last_logged_steps = -1;
+  double steps_per_s = 0;
+  bool stopping = false;
+  std::string stop_message;
+  bool healthy = true;
+
+  const auto handle_eval = [&](const EvalResult& e) {
+    evals.row({std::to_string(e.env_steps), std::to_string(e.round), fmt_num(e.episodes), fmt_num(e.mean),
+               fmt_num(e.min), fmt_num(e.max), fmt_num(elapsed(), 4)});
+    s.last_eval = e.mean;
+    std::ostringstream os;
+    os << "eval @ " << e.env_steps << " steps: mean return " << fmt_num(e.mean, 5) << " over " << e.episodes
+       << " episodes (min " << fmt_num(e.min, 4) << ", max " << fmt_num(e.max, 4) << ")";
+    if (std::isnan(s.best_eval) || e.mean > s.best_eval) {
+      s.best_eval = e.mean;
+      loop.save_eval_params(run.best_model());
+      s.best_model = run.best_model();
+      os << " — best so far, saved";
+    }
+    bar.message(os.str());
+    if (config.stop_when_solved && e.mean >= config.solve_return && !stopping) {
+      stopping = true;
+      s.outcome = TrainOutcome::solved;
+      std::ostringstream m;
+      m << "solved: evaluation mean return " << fmt_num(e.mean, 5) << " >= " << config.solve_return << " over "
+        << e.episodes << " episodes at " << e.env_steps << " environment steps";
+      stop_message = m.str();
+    }
+  };
+
+  while (!stopping) {
+    if (loop.done()) {
+      s.outcome = TrainOutcome::finished;
+      stop_message = "finished the " + std::to_string(config.steps) + " environment steps";
+      break;
+    }
+    if (g_stop.load()) {
+      s.outcome = TrainOutcome::interrupted;
+      stop_message = "interrupted (Ctrl-C)";
+      break;
+    }
+    loop.iterate();
+    const std::int64_t steps = loop.env_steps();
+    if (next_eval > 0 && steps >= next_eval) {
+      loop.enqueue_eval();
+      next_eval += config.eval_every;
+    }
+    while (auto e = loop.poll_eval()) handle_eval(*e);
+    const double now = elapsed();
+    if (now >= next_report || loop.done()) {
+      next_report = now + 0.25;
+      loop.enqueue_report();
+      const LoopReport r = loop.report();
+      if (now - last_rate_t >= 1.0) {
+        steps_per_s = (steps - last_rate_steps) / (now - last_rate_t);
+        last_rate_t = now;
+        last_rate_steps = steps;
+      }
+      if (r.has_record && r.reported_env_steps != last_logged_steps) {
+        last_logged_steps = r.reported_env_steps;
+        metrics.row({std::to_string(r.reported_env_steps), fmt_num(now, 4), std::to_string(r.updates),
+                     fmt_num(r.episodes), fmt_num(r.recent_return, 5), r.guard ? fmt_num(r.guard->raw_loss) : "nan",
+                     r.guard ? fmt_num(r.guard->raw_grad_norm) : "nan", fmt_num(r.epsilon, 4), fmt_num(r.beta, 4),
+                     fmt_num(r.sampleable, 10), guard_word(r.guard)});
+      }
+      std::ostringstream st;
+      st << compact(static_cast<double>(steps)) << "/" << compact(static_cast<double>(config.steps)) << " | "
+         << rate(steps_per_s) << " | return " << compact(r.recent_return) << " | eval "
+         << compact(s.last_eval) << " | loss " << (r.guard ? compact(r.guard->raw_loss) : "-") << " | eps "
+         << fmt_num(r.epsilon, 2) << " | guard " << guard_word(r.guard);
+      bar.update(steps, st.str());
+      if (r.guard && r.guard->halt()) {
+        s.outcome = TrainOutcome::guard_stopped;
+        healthy = false;
+        std::ostringstream m;
+        m << "stopped by the training guard at step " << r.guard->step << " ("
+          << (r.guard->halt_nan ? "NaN/Inf in the loss or gradient"
+                                : r.guard->halt_loss_clip ? "loss above guard.loss_clip" : "gradient norm collapsed")
+          << ", loss " << r.guard->raw_loss << ", grad norm " << r.guard->raw_grad_norm << ")";
+        stop_message = m.str();
+        break;
+      }
+      try {
+        loop.poll_q();
+      } catch (const Error& e) {
+        s.outcome = TrainOutcome::q_stopped;
+        healthy = false;
+        stop_message = std::string("stopped by the Q-value monitor: ") + e.what();
+        break;
+      }
+    }
+    if (next_ckpt > 0 && steps >= next_ckpt) {
+      loop.save(run.checkpoint());
+      next_ckpt += config.checkpoint_every;
+    }
+  }
+  bar.finish();
+  // Evaluations still in flight belong to the record of this run.
+  loop.synchronize();
+  while (auto e = loop.poll_eval()) handle_eval(*e);
+
+  if (healthy) {
+    loop.save(run.checkpoint());
+  }
+  s.env_steps = loop.env_steps();
+  s.updates = loop.updates();
+  s.wall_s = elapsed();
+  const std::string plot_error = draw_learning_curve(run, "zerosync train " + config.env + " (seed " +
+                                                              std::to_string(config.seed) + ")",
+                                                     config.env == "cartpole" ? config.solve_return : 0.0);
+  s.plot = plot_error.empty() ? run.plot() : "";
+  s.message = stop_message;
+
+  log << "zerosync train: " << stop_message << "\n"
+      << "  " << s.env_steps << " environment steps, " << s.updates << " training steps in " << fmt_num(s.wall_s, 3)
+      << " s (" << compact(s.env_steps / std::max(s.wall_s, 1e-9)) << " env steps/s)\n";
+  if (!std::isnan(s.best_eval)) log << "  best evaluation mean return: " << fmt_num(s.best_eval, 5) << "\n";
+  log << "  run directory: " << run.dir << "\n";
+  if (healthy)
+    log << "  checkpoint:    " << run.checkpoint() << "  (continue: zerosync train --resume --out " << run.dir << ")\n";
+  else if (std::filesystem::exists(run.checkpoint() + "/loop.safetensors"))
+    log << "  last good checkpoint: " << run.checkpoint() << " (saved before the problem; not overwritten)\n";
+  else
+    log << "  no checkpoint was saved before the problem (checkpoint_every = " << config.checkpoint_every << ")\n";
+  if (!s.best_model.empty()) log << "  best model:    " << s.best_model << "\n";
+  if (!s.plot.empty()) log << "  plot:          " << s.plot << "\n";
+  else log << "  plot: not drawn: " << plot_error << "\n";
+  log.flush();
+  return s;
+}
+
+}  // namespace zs

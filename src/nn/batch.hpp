@@ -1,0 +1,59 @@
+// One training batch on the device. s and s′ share one [2B, state_dim] buffer (s in the first B
+// rows) so the online network runs on both in a single pass without a copy.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "core/config.hpp"
+#include "nn/network.hpp"
+
+namespace zs {
+
+struct DeviceBatch {
+  int size = 0;
+  DeviceFloats stacked_states;                                          // [2B, state_dim]
+  Kokkos::View<int**, Kokkos::LayoutRight, MemSpace> actions;           // [B, branches]
+  Kokkos::View<float*, MemSpace> rewards, dones, weights;               // [B]
+
+  DeviceBatch(const Config& c, int batch_size);
+  MatrixView states() const { return as_matrix(stacked_states, size, state_dim_); }
+  MatrixView next_states() const { return as_matrix(stacked_states, size, state_dim_, size); }
+  MatrixView all_states() const { return as_matrix(stacked_states, 2 * size, state_dim_); }
+
+ private:
+  int state_dim_ = 0;
+};
+
+// A batch in host memory, row-major, as read from a file or built by a test.
+struct HostBatch {
+  int size = 0;
+  std::vector<float> states, next_states;  // [B, state_dim]
+  std::vector<int> actions;                // [B, branches]
+  std::vector<float> rewards, dones, weights;  // [B]
+};
+
+// A batch of random transitions from `seed`: N(0, 1) states, uniform actions, rewards 2·N(0, 1),
+// 20 % terminal, importance weights in [0.5, 1.5). For smoke tests, benchmarks and examples.
+HostBatch random_batch(const Config& c, int batch_size, std::uint64_t seed);
+
+// Copies `host` into `dev` on `exec` (blocking: set-up and tools, not the hot loop). Shapes and
+// action ranges are checked with errors naming the bad value; NaN/Inf values pass through on
+// purpose — catching those is the guard's job, and it skips the update on the device.
+void upload(const ExecSpace& exec, const Config& c, const HostBatch& host, DeviceBatch& dev);
+
+// What the loss leaves for the host and the replay buffer.
+struct LossOutputs {
+  Kokkos::View<float, MemSpace> loss;                                    // weighted mean loss
+  Kokkos::View<float*, MemSpace> priorities;                             // [B] per-sample loss L_i
+  Kokkos::View<float***, Kokkos::LayoutRight, MemSpace> projected;       // [B, K, atoms] target m
+  Kokkos::View<int**, Kokkos::LayoutRight, MemSpace> best;               // [B, K] double-DQN a*
+  LossOutputs(const Config& c, int batch_size);
+};
+
+// Enqueues the C51 double-DQN loss and writes ∂loss/∂(head outputs) into g.
+// online: activations of the online net on all_states() (2B rows); target: of the target net
+// on next_states() (B rows).
+void c51_loss(const ExecSpace& exec, const Network& net, const Activations& online, const Activations& target,
+              const DeviceBatch& batch, LossOutputs& out, Gradients& g);
+
+}  // namespace zs

@@ -1,0 +1,261 @@
+#include "nn/network_plan.hpp"
+
+#include <map>
+
+#include "kernels/dense_batch.hpp"
+
+namespace zs {
+
+namespace {
+
+using kernels::BiasActEntry;
+using kernels::ColumnSumEntry;
+using Op = std::function<void(const ExecSpace&, const Gemm&)>;
+
+// One head of a head set: its hidden layer, its output layer and that layer's width.
+struct Head {
+  int hidden = 0, out = 0, width = 0;
+  int branch = -1;                    // −1: the value stream
+  const float* hidden_act = nullptr;  // backward only: the post-ReLU hidden activations
+  const float* d_out = nullptr;       // backward only: ∂loss/∂(output layer)
+};
+
+std::vector<Head> heads_of(const Network& net, const HeadSet& s) {
+  const Config& c = net.config();
+  std::vector<Head> h{{s.value0, s.value0 + 1, c.atoms, -1, nullptr, nullptr}};
+  for (int k = 0; k < static_cast<int>(c.branches.size()); ++k)
+    h.push_back({s.branch0 + 2 * k, s.branch0 + 2 * k + 1, c.branches[k] * c.atoms, k, nullptr, nullptr});
+  return h;
+}
+
+// First action of branch k: where its block starts in a flat branch buffer (BranchTable).
+int first_action(const Config& c, int k) {
+  int a = 0;
+  for (int i = 0; i < k; ++i) a += c.branches[i];
+  return a;
+}
+
+Op gemm_op(GemmBatch batch) {
+  return [batch = std::move(batch)](const ExecSpace&, const Gemm& gemm) { gemm(batch); };
+}
+
+// Heads grouped by output width, in head order: one GEMM batch per distinct width.
+std::vector<std::vector<int>> by_width(const std::vector<Head>& heads) {
+  std::map<int, std::vector<int>> m;
+  std::vector<int> order;
+  for (int i = 0; i < static_cast<int>(heads.size()); ++i) {
+    if (m.find(heads[i].width) == m.end()) order.push_back(heads[i].width);
+    m[heads[i].width].push_back(i);
+  }
+  std::vector<std::vector<int>> groups;
+  for (int w : order) groups.push_back(m[w]);
+  return groups;
+}
+
+}  // namespace
+
+ForwardPlan::ForwardPlan(const Network& net, const std::vector<ForwardPass>& passes) {
+  const Config& c = net.config();
+  require(!passes.empty(), "ForwardPlan: 0 passes given; expected at least 1");
+  const int R = static_cast<int>(passes[0].input.extent(0)), T = static_cast<int>(c.trunk.size());
+  const int F = c.trunk.back();
+  for (std::size_t p = 0; p < passes.size(); ++p) {
+    const ForwardPass& x = passes[p];
+    require(x.params != nullptr && x.acts != nullptr, "ForwardPlan: pass ", p, " has no parameters or activations");
+    require(static_cast<int>(x.input.extent(0)) == R && static_cast<int>(x.input.extent(1)) == c.state_dim,
+            "ForwardPlan: pass ", p, " input is [", x.input.extent(0), ", ", x.input.extent(1), "]; expected [", R,
+            ", ", c.state_dim, "]");
+    require(x.row0 >= 0 && x.row0 + R <= x.acts->rows, "ForwardPlan: pass ", p, " writes rows ", x.row0, "..",
+            x.row0 + R, " of activations with ", x.acts->rows, " rows");
+  }
+  auto row = [](const DeviceFloats& f, int row0, int cols) { return f.data() + static_cast<std::size_t>(row0) * cols; };
+
+  for (int i = 0; i < T; ++i) {
+    const int in = i == 0 ? c.state_dim : c.trunk[i - 1], out = c.trunk[i];
+    std::vector<GemmEntry> g;
+    std::vector<BiasActEntry> b;
+    for (const ForwardPass& x : passes) {
+      const float* a = i == 0 ? x.input.data() : row(x.acts->trunk[i - 1], x.row0, in);
+      float* y = row(x.acts->trunk[i], x.row0, out);
+      g.push_back({a, x.params->weight(i).data(), y});
+      b.push_back({y, x.params->bias(i).data(), out, 1});
+    }
+    ops_.push_back(gemm_op(GemmBatch(Trans::N, Trans::T, R, out, in, 1.f, 0.f, g)));
+    kernels::BiasActLaunch<ExecSpace> bias(b, R);
+    ops_.push_back([bias](const ExecSpace& exec, const Gemm&) { bias(exec); });
+  }
+
+  std::vector<HeadPass> heads;
+  for (const ForwardPass& x : passes)
+    heads.push_back({x.params, row(x.acts->trunk[T - 1], x.row0, F), net.main_heads(), x.acts->heads(), x.row0});
+  add_heads(net, heads, R);
+}
+
+ForwardPlan::ForwardPlan(const Network& net, const ParamBuffer& params, const ConstMatrixView& features,
+                         const std::vector<std::pair<HeadSet, HeadActs>>& sets) {
+  const Config& c = net.config();
+  const int R = static_cast<int>(features.extent(0));
+  require(!sets.empty(), "ForwardPlan: 0 head sets given; expected at least 1");
+  require(static_cast<int>(features.extent(1)) == c.trunk.back(), "ForwardPlan: features are [", features.extent(0),
+          ", ", features.extent(1), "]; expected [", R, ", ", c.trunk.back(), "]");
+  std::vector<HeadPass> heads;
+  for (std::size_t i = 0; i < sets.size(); ++i) {
+    require(sets[i].second.rows == R, "ForwardPlan: head set ", i, " has activations for ", sets[i].second.rows,
+            " rows; expected ", R, " (the features' rows)");
+    heads.push_back({&params, features.data(), sets[i].first, sets[i].second, 0});
+  }
+  add_heads(net, heads, R);
+}
+
+// The head sets of every pass: hidden layers as one GEMM batch, output layers as one batch per
+// width, bias/ReLU as table launches, then the dueling/log-softmax once per distinct logp.
+void ForwardPlan::add_heads(const Network& net, const std::vector<HeadPass>& passes, int R) {
+  const Config& c = net.config();
+  const int H = c.head_hidden;
+  auto row = [](const DeviceFloats& f, int row0, int cols) { return f.data() + static_cast<std::size_t>(row0) * cols; };
+  auto hidden_of = [&](const HeadPass& x, const Head& h) {
+    return row(h.branch < 0 ? x.acts.value_hidden : x.acts.branch_hidden[h.branch], x.row0, H);
+  };
+  auto out_of = [&](const HeadPass& x, const Head& h) {
+    if (h.branch < 0) return row(x.acts.value_out, x.row0, c.atoms);
+    return x.acts.branch_out.data() + static_cast<std::size_t>(x.acts.rows) * first_action(c, h.branch) * c.atoms +
+           static_cast<std::size_t>(x.row0) * h.width;
+  };
+  {
+    std::vector<GemmEntry> g;
+    std::vector<BiasActEntry> b;
+    for (const HeadPass& x : passes)
+      for (const Head& h : heads_of(net, x.set)) {
+        g.push_back({x.features, x.params->weight(h.hidden).data(), hidden_of(x, h)});
+        b.push_back({hidden_of(x, h), x.params->bias(h.hidden).data(), H, 1});
+      }
+    ops_.push_back(gemm_op(GemmBatch(Trans::N, Trans::T, R, H, c.trunk.back(), 1.f, 0.f, g)));
+    kernels::BiasActLaunch<ExecSpace> bias(b, R);
+    ops_.push_back([bias](const ExecSpace& exec, const Gemm&) { bias(exec); });
+  }
+  // Every head set has the same widths, so the groups of the first one hold for all.
+  const std::vector<Head> first = heads_of(net, passes[0].set);
+  for (const auto& group : by_width(first)) {
+    std::vector<GemmEntry> g;
+    for (const HeadPass& x : passes) {
+      const std::vector<Head> heads = heads_of(net, x.set);
+      for (int i : group) g.push_back({hidden_of(x, heads[i]), x.params->weight(heads[i].out).data(), out_of(x, heads[i])});
+    }
+    ops_.push_back(gemm_op(GemmBatch(Trans::N, Trans::T, R, first[group[0]].width, H, 1.f, 0.f, g)));
+  }
+  // The dueling/log-softmax of every pass in one launch, which also adds the output layers'
+  // biases as it forms the logits.
+  std::vector<kernels::DuelingEntry> duel;
+  std::vector<const float*> branch_biases;
+  for (const HeadPass& x : passes) {
+    const std::vector<Head> heads = heads_of(net, x.set);
+    kernels::DuelingEntry e;
+    e.value = x.acts.value_out.data();
+    e.branch_out = x.acts.branch_out.data();
+    e.logp = x.acts.logp.data();
+    e.total_rows = x.acts.rows;
+    e.row0 = x.row0;
+    e.rows = R;
+    e.value_bias = x.params->bias(heads[0].out).data();
+    e.branch_bias = static_cast<int>(branch_biases.size());
+    for (std::size_t i = 1; i < heads.size(); ++i) branch_biases.push_back(x.params->bias(heads[i].out).data());
+    duel.push_back(e);
+  }
+  kernels::DuelingLaunch<ExecSpace> dueling(duel, branch_biases, net.table(), c.atoms);
+  ops_.push_back([dueling](const ExecSpace& exec, const Gemm&) { dueling(exec); });
+}
+
+void ForwardPlan::enqueue(const ExecSpace& exec, const Gemm& gemm) const {
+  for (const auto& op : ops_) op(exec, gemm);
+}
+
+BackwardPlan::BackwardPlan(const Network& net, const ParamBuffer& p, const ConstMatrixView& input,
+                           const Activations& acts, Gradients& g, const ParamBuffer& grad)
+    : BackwardPlan(net, p, input, acts, {{net.main_heads(), acts.heads(), g.d_value_out.data(), g.d_branch_out.data()}},
+                   g, grad) {}
+
+BackwardPlan::BackwardPlan(const Network& net, const ParamBuffer& p, const ConstMatrixView& input,
+                           const Activations& acts, const std::vector<HeadSetGrads>& sets, Gradients& g,
+                           const ParamBuffer& grad) {
+  const Config& c = net.config();
+  const int B = g.rows, T = static_cast<int>(c.trunk.size()), F = c.trunk.back(), H = c.head_hidden;
+  require(B <= acts.rows, "BackwardPlan: ", B, " gradient rows but only ", acts.rows, " activation rows");
+  require(static_cast<int>(input.extent(0)) == B && static_cast<int>(input.extent(1)) == c.state_dim,
+          "BackwardPlan: input is [", input.extent(0), ", ", input.extent(1), "]; expected [", B, ", ", c.state_dim,
+          "]");
+  // Every head of every set, with where its hidden activations (first B rows) and its output
+  // gradient live. All sets share the trunk: their shares of ∂loss/∂features are added up.
+  std::vector<Head> heads;
+  for (std::size_t i = 0; i < sets.size(); ++i) {
+    const HeadSetGrads& s = sets[i];
+    require(s.acts.rows >= B && s.d_value_out && s.d_branch_out, "BackwardPlan: head set ", i, " has ", s.acts.rows,
+            " activation rows or no output gradient; expected >= ", B, " rows and both gradients");
+    for (Head h : heads_of(net, s.set)) {
+      h.hidden_act = h.branch < 0 ? s.acts.value_hidden.data() : s.acts.branch_hidden[h.branch].data();
+      h.d_out = h.branch < 0 ? s.d_value_out
+                             : s.d_branch_out + static_cast<std::size_t>(B) * first_action(c, h.branch) * c.atoms;
+      heads.push_back(h);
+    }
+  }
+  const int n_heads = static_cast<int>(heads.size());
+  d_hidden_ = DeviceFloats("zs::plan::d_hidden", static_cast<std::size_t>(n_heads) * B * H);
+  d_features_ = DeviceFloats("zs::plan::d_features", static_cast<std::size_t>(n_heads) * B * F);
+  auto hidden_of = [](const Head& h) { return h.hidden_act; };
+  auto d_out_of = [](const Head& h) { return h.d_out; };
+  auto d_hidden_of = [&](int i) { return d_hidden_.data() + static_cast<std::size_t>(i) * B * H; };
+  const auto groups = by_width(heads);
+
+  // Without head sets, g.d_trunk.back() already holds ∂loss/∂features: only the trunk runs.
+  if (n_heads > 0) {
+    // Output layers: weight gradients, then the gradient into each head's hidden layer.
+    for (const auto& group : groups) {
+      std::vector<GemmEntry> e;
+      for (int i : group) e.push_back({d_out_of(heads[i]), hidden_of(heads[i]), grad.weight(heads[i].out).data()});
+      ops_.push_back(gemm_op(GemmBatch(Trans::T, Trans::N, heads[group[0]].width, H, B, 1.f, 0.f, e)));
+    }
+    for (const auto& group : groups) {
+      std::vector<GemmEntry> e;
+      for (int i : group) e.push_back({d_out_of(heads[i]), p.weight(heads[i].out).data(), d_hidden_of(i)});
+      ops_.push_back(gemm_op(GemmBatch(Trans::N, Trans::N, B, H, heads[group[0]].width, 1.f, 0.f, e)));
+    }
+    // Every output bias and, through the ReLU mask, every hidden bias: one launch.
+    {
+      std::vector<ColumnSumEntry> e;
+      for (const Head& h : heads) e.push_back({d_out_of(h), 0, 1, nullptr, nullptr, grad.bias(h.out).data(), h.width});
+      for (int i = 0; i < n_heads; ++i)
+        e.push_back({d_hidden_of(i), 0, 1, hidden_of(heads[i]), d_hidden_of(i), grad.bias(heads[i].hidden).data(), H});
+      kernels::ColumnSumLaunch<ExecSpace> sums(e, B);
+      ops_.push_back([sums](const ExecSpace& exec, const Gemm&) { sums(exec); });
+    }
+    // Hidden layers: weight gradients, and each head's share of ∂loss/∂features (summed below).
+    {
+      const float* features = acts.trunk[T - 1].data();
+      std::vector<GemmEntry> w, x;
+      for (int i = 0; i < n_heads; ++i) {
+        w.push_back({d_hidden_of(i), features, grad.weight(heads[i].hidden).data()});
+        x.push_back({d_hidden_of(i), p.weight(heads[i].hidden).data(), d_features_.data() + static_cast<std::size_t>(i) * B * F});
+      }
+      ops_.push_back(gemm_op(GemmBatch(Trans::T, Trans::N, H, F, B, 1.f, 0.f, w)));
+      ops_.push_back(gemm_op(GemmBatch(Trans::N, Trans::N, B, F, H, 1.f, 0.f, x)));
+    }
+  }
+  // Trunk, top down. The top layer's mask kernel also adds up the heads' shares.
+  for (int i = T - 1; i >= 0; --i) {
+    const int out = c.trunk[i], in = i == 0 ? c.state_dim : c.trunk[i - 1];
+    float* dz = g.d_trunk[i].data();
+    ColumnSumEntry e{dz, 0, 1, acts.trunk[i].data(), dz, grad.bias(i).data(), out};
+    if (i == T - 1 && n_heads > 0) e.parts = d_features_.data(), e.part_stride = static_cast<std::int64_t>(B) * F, e.n_parts = n_heads;
+    kernels::ColumnSumLaunch<ExecSpace> mask({e}, B);
+    ops_.push_back([mask](const ExecSpace& exec, const Gemm&) { mask(exec); });
+    const float* x = i == 0 ? input.data() : acts.trunk[i - 1].data();
+    ops_.push_back(gemm_op(GemmBatch(Trans::T, Trans::N, out, in, B, 1.f, 0.f, {{dz, x, grad.weight(i).data()}})));
+    if (i > 0)
+      ops_.push_back(gemm_op(GemmBatch(Trans::N, Trans::N, B, in, out, 1.f, 0.f, {{dz, p.weight(i).data(), g.d_trunk[i - 1].data()}})));
+  }
+}
+
+void BackwardPlan::enqueue(const ExecSpace& exec, const Gemm& gemm) const {
+  for (const auto& op : ops_) op(exec, gemm);
+}
+
+}  // namespace zs

@@ -1,0 +1,97 @@
+// The training step's forward and backward of the C51 network as batched launches, prepared
+// once. Network::forward/backward launch one GEMM and one bias kernel per layer, per pass and
+// per head (~80 graph nodes for the step's three passes); here every pass (the online net on s
+// and s′, the target net on s′) goes through a dense layer together, and all heads of a layer
+// together, so the same work is ~25 launches. Results equal Network's to rounding (sums run
+// in another order); tests/network_plan_test.cpp checks that. One difference a reader of the
+// activations sees: a plan leaves value_out and branch_out before their biases, which the
+// dueling kernel adds as it forms the logits (log-probabilities are the same).
+#pragma once
+#include <functional>
+#include <initializer_list>
+#include <vector>
+
+#include "nn/network.hpp"
+
+namespace zs {
+
+// The buffers a lazily made plan was made for. An auxiliary makes its plans at its first
+// enqueue (the trainer's first step runs directly, outside any capture) and remakes them only
+// when handed other buffers: changed() says so, and remembers the new ones.
+class PlanKey {
+ public:
+  bool changed(std::initializer_list<const void*> buffers) {
+    if (std::vector<const void*>(buffers) == key_) return false;
+    key_ = buffers;
+    return true;
+  }
+
+ private:
+  std::vector<const void*> key_;
+};
+
+// One forward pass: params on `input` [rows, state_dim] into rows [row0, row0 + rows) of acts.
+struct ForwardPass {
+  const ParamBuffer* params = nullptr;
+  ConstMatrixView input;
+  Activations* acts = nullptr;
+  int row0 = 0;
+};
+
+class ForwardPlan {
+ public:
+  // Every pass has the same row count. The dueling/log-softmax runs once per distinct
+  // Activations over all its rows, so the passes should cover each Activations they name.
+  ForwardPlan(const Network& net, const std::vector<ForwardPass>& passes);
+  // Head sets only (e.g. the ensemble's members), each into its own HeadActs, on `features`
+  // [rows, trunk.back()] with `params`; every HeadActs has `rows` rows.
+  ForwardPlan(const Network& net, const ParamBuffer& params, const ConstMatrixView& features,
+              const std::vector<std::pair<HeadSet, HeadActs>>& sets);
+  // Enqueues the passes; no allocation, no sync.
+  void enqueue(const ExecSpace& exec, const Gemm& gemm) const;
+  // Launches enqueue() makes (GEMM batches, bias kernels, the dueling heads).
+  int launches() const { return static_cast<int>(ops_.size()); }
+
+ private:
+  struct HeadPass {
+    const ParamBuffer* params;
+    const float* features;  // [rows, trunk.back()], this pass's first row
+    HeadSet set;
+    HeadActs acts;
+    int row0;  // first row of acts this pass writes
+  };
+  void add_heads(const Network& net, const std::vector<HeadPass>& passes, int rows);
+  std::vector<std::function<void(const ExecSpace&, const Gemm&)>> ops_;
+};
+
+// One head set's part in a backward pass: its layers, its hidden activations (the first rows
+// are used) and the gradient of the loss with respect to its output layers.
+struct HeadSetGrads {
+  HeadSet set;
+  HeadActs acts;
+  const float* d_value_out = nullptr;   // [rows, atoms]
+  const float* d_branch_out = nullptr;  // flat, branch k at rows·cum[k]·atoms (BranchTable)
+};
+
+class BackwardPlan {
+ public:
+  // The main head set and the trunk, for the first g.rows rows of `acts` (whose input was
+  // `input`), from g.d_value_out and g.d_branch_out into `grad` (every tensor overwritten),
+  // like Network::backward. Uses g.d_trunk and its own scratch.
+  BackwardPlan(const Network& net, const ParamBuffer& params, const ConstMatrixView& input, const Activations& acts,
+               Gradients& g, const ParamBuffer& grad);
+  // Several head sets on the one trunk (e.g. the ensemble's members), all into `grad`; the
+  // trunk gets the sum of their input gradients; acts supplies the trunk activations. With no
+  // head sets, the trunk alone, from ∂loss/∂features already in g.d_trunk.back().
+  BackwardPlan(const Network& net, const ParamBuffer& params, const ConstMatrixView& input, const Activations& acts,
+               const std::vector<HeadSetGrads>& sets, Gradients& g, const ParamBuffer& grad);
+  void enqueue(const ExecSpace& exec, const Gemm& gemm) const;
+  int launches() const { return static_cast<int>(ops_.size()); }
+
+ private:
+  DeviceFloats d_hidden_;    // [heads][rows][head_hidden]: ∂loss/∂(post-ReLU hidden) per head
+  DeviceFloats d_features_;  // [heads][rows][trunk.back()]: each head's share of ∂loss/∂features
+  std::vector<std::function<void(const ExecSpace&, const Gemm&)>> ops_;
+};
+
+}  // namespace zs

@@ -1,0 +1,36 @@
+// One flat device buffer laid out by ParamLayout, with per-layer views made once at
+// construction so that the step never computes an offset or looks a name up.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "backends/backend.hpp"
+#include "core/param_layout.hpp"
+
+namespace zs {
+
+class ParamBuffer {
+ public:
+  using Matrix = Kokkos::View<float**, Kokkos::LayoutRight, MemSpace, Kokkos::MemoryUnmanaged>;
+  using Vector = Kokkos::View<float*, MemSpace, Kokkos::MemoryUnmanaged>;
+
+  ParamBuffer(const ParamLayout& layout, const std::string& label)
+      : flat_(label, layout.size()) {  // Kokkos zero-fills: padding starts and stays zero
+    for (const auto& l : layout.layers()) {
+      weights_.emplace_back(flat_.data() + l.weight_offset, l.out, l.in);
+      biases_.emplace_back(flat_.data() + l.bias_offset, l.out);
+    }
+  }
+
+  const DeviceFloats& flat() const { return flat_; }
+  const Matrix& weight(int layer) const { return weights_.at(layer); }
+  const Vector& bias(int layer) const { return biases_.at(layer); }
+  std::size_t size() const { return flat_.extent(0); }
+
+ private:
+  DeviceFloats flat_;
+  std::vector<Matrix> weights_;
+  std::vector<Vector> biases_;
+};
+
+}  // namespace zs

@@ -1,0 +1,32 @@
+#include "rl/actor.hpp"
+
+#include "kernels/loop_schedules.hpp"
+
+namespace zs {
+
+Actor::Actor(const Config& config, const ParamLayout& layout, Stream& stream, int rows, kernels::ActingRng rng)
+    : config_(config),
+      stream_(stream),
+      gemm_(stream, config.precision),
+      net_(config, layout),
+      acts_(config, rows),
+      rows_(rows),
+      rng_(rng),
+      q_("zs::actor::q", rows, config.total_actions()),
+      actions_("zs::actor::actions", rows, config.branches.size()),
+      counter_("zs::actor::counter") {
+  require(rows >= 1, "Actor: rows = ", rows, "; expected at least 1 observation per call");
+}
+
+void Actor::act(const ParamBuffer& params, const ConstMatrixView& obs, Kokkos::View<const float, MemSpace> epsilon) {
+  require(obs.extent(0) == static_cast<std::size_t>(rows_) &&
+              obs.extent(1) == static_cast<std::size_t>(config_.state_dim),
+          "Actor::act: observations are [", obs.extent(0), ", ", obs.extent(1), "]; expected [", rows_, ", ",
+          config_.state_dim, "]");
+  const auto& exec = stream_.exec();
+  net_.forward(exec, gemm_, params, obs, acts_);
+  kernels::q_from_log_probs<ExecSpace>(exec, acts_.logp, config_.v_min, config_.v_max, q_);
+  kernels::epsilon_greedy<ExecSpace>(exec, q_, config_.branches, epsilon, counter_, rng_, actions_);
+}
+
+}  // namespace zs

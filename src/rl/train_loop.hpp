@@ -1,0 +1,105 @@
+// The whole training loop on the device: act (ε-greedy) → step the vectorised environments →
+// insert into replay → [sample → training step → priority update] → … with evaluation episodes
+// every few thousand steps. The host decides only what its own counters already say (when to
+// train, evaluate, report, checkpoint) and reads results from mailboxes; on CUDA each of those
+// pieces is a recorded graph, replayed.
+#pragma once
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "rl/actor.hpp"
+#include "rl/envs.hpp"
+#include "backends/mailbox.hpp"
+#include "train/q_monitor.hpp"
+#include "rl/replay.hpp"
+#include "rl/train_config.hpp"
+#include "train/trainer.hpp"
+
+namespace zs {
+
+// What the host knows of the run, from its counters and the newest mailbox records.
+struct LoopReport {
+  std::int64_t iterations = 0, env_steps = 0, updates = 0;  // enqueued so far (host counters)
+  bool has_record = false;     // a training report has arrived
+  std::int64_t reported_env_steps = 0;  // the env steps the newest report belongs to
+  double recent_return = 0;    // mean over the envs of their latest finished episode (NaN: none yet)
+  double episodes = 0;         // episodes finished by the training envs (all envs together)
+  double epsilon = 0, beta = 0;
+  double sampleable = 0;       // transitions in replay that can be drawn
+  std::optional<GuardStatus> guard;  // the newest training-step record
+};
+
+struct EvalResult {
+  std::int64_t round = 0;      // 1, 2, … in the order evaluations were enqueued
+  std::int64_t env_steps = 0;  // training env steps when the evaluated parameters were taken
+  double episodes = 0, mean = 0, min = 0, max = 0;
+};
+
+class TrainLoop {
+ public:
+  explicit TrainLoop(const TrainConfig& config);
+  ~TrainLoop();
+  TrainLoop(const TrainLoop&) = delete;
+  TrainLoop& operator=(const TrainLoop&) = delete;
+
+  const TrainConfig& config() const { return config_; }
+  Trainer& trainer() { return *trainer_; }
+  VecEnv& env() { return *env_; }
+  Replay& replay() { return *replay_; }
+
+  // Enqueues one iteration: every env acts and steps once, the transitions go to replay, and
+  // (past learning_starts, every train_every iterations) `updates` training steps run. Never waits.
+  void iterate();
+  // Enqueues greedy evaluation episodes (one per evaluation env, to each one's first episode
+  // end) on a snapshot of the online parameters; the result arrives through a mailbox
+  // (poll_eval()). Waits only if the previous evaluation's result has not arrived yet.
+  void enqueue_eval();
+  // Enqueues a training report (episode returns, schedules) to the report mailbox. Never waits.
+  void enqueue_report();
+  // The newest report and guard record. Never waits.
+  LoopReport report() const;
+  // The newest evaluation result not returned before, if one has arrived. Never waits.
+  std::optional<EvalResult> poll_eval();
+  // Q-monitor: the newest record through the patience rule (throws zs::Error at patience).
+  QMonitorStatus poll_q() { return qmon_.poll(); }
+
+  std::int64_t iterations() const { return iterations_; }
+  std::int64_t env_steps() const { return iterations_ * config_.envs; }
+  std::int64_t updates() const { return updates_; }
+  bool done() const { return env_steps() >= config_.steps; }
+
+  // Checkpoint: `dir`/trainer.safetensors (the Trainer's own format) and `dir`/loop.safetensors
+  // (environments, replay, RNG counters, schedules, loop counters). Blocking.
+  void save(const std::string& dir) const;
+  // Restores a save(); the run then continues exactly as if it had never stopped.
+  void load(const std::string& dir);
+  // Parameters of the last evaluation's snapshot, in PyTorch nn.Linear naming (blocking).
+  void save_eval_params(const std::string& path) const;
+  void synchronize() const { trainer_->synchronize(); }
+
+ private:
+  void enqueue_collect();
+  void enqueue_eval_step();
+  void collect_eval_record();
+
+  TrainConfig config_;
+  std::unique_ptr<Trainer> trainer_;
+  std::unique_ptr<VecEnv> env_, eval_env_;
+  std::unique_ptr<Replay> replay_;
+  std::unique_ptr<Actor> actor_, eval_actor_;
+  std::unique_ptr<ParamBuffer> eval_params_;
+  Kokkos::View<float**, Kokkos::LayoutRight, MemSpace> acted_obs_;  // obs the actions were chosen on
+  Kokkos::View<std::int64_t*, MemSpace> counters_;                  // [iterations]
+  Kokkos::View<float, MemSpace> epsilon_, beta_, alpha_, greedy_;
+  Kokkos::View<double*, MemSpace> report_values_, eval_values_;
+  Mailbox report_box_, eval_box_;
+  QMonitor qmon_;
+  Graph collect_graph_, sample_graph_, update_graph_, eval_graph_;
+  std::int64_t iterations_ = 0, updates_ = 0, eval_rounds_ = 0, eval_seen_ = 0;
+  std::deque<EvalResult> pending_eval_;  // arrived, not yet returned by poll_eval()
+};
+
+}  // namespace zs
