@@ -34,12 +34,10 @@ void BM_GuardCheckKernelOnly(benchmark::State& state) {
   GuardInputs in;
   zs::DeviceScalar<std::int64_t> step("step");
   zs::DeviceScalar<int> skip("skip");
-  Kokkos::View<double*, zs::MemSpace> record("record", zs::kernels::guard_record::size);
-  Kokkos::View<double*, zs::MemSpace> totals("totals", zs::kernels::guard_totals::size);
-  const zs::GuardConfig config;
+  Kokkos::View<zs::kernels::GuardState, zs::MemSpace> guard_state("guard_state");
+  const zs::kernels::GuardThresholds limits;
   zs::bench::time_on_stream(state, stream, [&] {
-    zs::kernels::guard_check(stream.exec(), in.loss, in.grad, in.lr, step, record, totals, skip,
-                             config);
+    zs::kernels::guard_check(stream.exec(), in.loss, in.grad, in.lr, step, guard_state, skip, limits);
   });
 }
 BENCHMARK(BM_GuardCheckKernelOnly)->UseManualTime()->Unit(benchmark::kMicrosecond);

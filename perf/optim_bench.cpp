@@ -1,24 +1,22 @@
-// µs per call of the optimizer tail at the reference flat buffer (288,896 floats): the in-place
-// clip scale, an auxiliary's clipped SAXPY into the trunk range, Adam (prepare with the clip
-// scale + the update with the Polyak target update fused in), the hard target update; and the
-// whole tail as one graph replay.
+// µs per call of the optimizer tail at the reference flat buffer (288,896 floats): the budgeted
+// sum of C51's gradient and one auxiliary's, Adam (prepare with the clip scale + the update with
+// the Polyak target update fused in), the hard target update; and the whole tail as one graph
+// replay.
 #include <benchmark/benchmark.h>
 
 #include <cstdint>
+#include <vector>
 
 #include "backends/graph.hpp"
 #include "bench_util.hpp"
 #include "kernels/adam.hpp"
-#include "kernels/grad_clip.hpp"
+#include "kernels/budget_sum.hpp"
 #include "kernels/target_update.hpp"
 #include "core/param_layout.hpp"
 
 namespace {
 
 std::size_t flat_size() { return zs::ParamLayout(zs::Config{}).size(); }
-
-// The trunk's share of the flat buffer: everything before the value stream's first layer.
-std::size_t trunk_size() { return zs::ParamLayout(zs::Config{}).layer("value.0").weight_offset; }
 
 template <class T>
 zs::DeviceScalar<T> device_scalar(T value, const std::string& label) {
@@ -27,32 +25,22 @@ zs::DeviceScalar<T> device_scalar(T value, const std::string& label) {
   return d;
 }
 
-// Arg 1: a scale just under 1, so every element is scaled (by 0.9999, which stays far from
-// denormals over the run); arg 0: a scale of 1, the common unclipped case that writes nothing.
-void BM_ScaleInPlace(benchmark::State& state) {
+// C51's gradient at its clip scale plus one clipped auxiliary over the whole buffer: the pass
+// the step adds when an auxiliary is on.
+void BM_BudgetSumOneAuxiliary(benchmark::State& state) {
   zs::Stream stream;
-  zs::DeviceFloats grad("grad", flat_size());
-  Kokkos::deep_copy(grad, 0.5f);
-  auto scale = device_scalar<float>(state.range(0) ? 0.9999f : 1.f, "scale");
-  zs::bench::time_on_stream(state, stream, [&] { zs::kernels::scale_in_place(stream.exec(), grad, scale); });
-  state.SetLabel(state.range(0) ? "clipped" : "unclipped");
-}
-BENCHMARK(BM_ScaleInPlace)->Arg(1)->Arg(0)->UseManualTime()->Unit(benchmark::kMicrosecond);
-
-void BM_ClippedSaxpyTrunk(benchmark::State& state) {
-  zs::Stream stream;
-  zs::DeviceFloats grad("grad", flat_size());
-  const std::size_t n = trunk_size();
-  zs::DeviceFloats aux("aux", n);
+  zs::DeviceFloats applied("applied", flat_size()), c51("c51", flat_size()), aux("aux", flat_size());
+  Kokkos::deep_copy(c51, 0.5f);
   Kokkos::deep_copy(aux, 1e-3f);
+  auto scale = device_scalar<float>(0.9f, "scale");
   auto aux_norm = device_scalar<double>(5.0, "aux_norm");  // over a 1.0 limit: clipped
-  auto trunk = Kokkos::subview(grad, std::make_pair(std::size_t{0}, n));
+  const std::vector<zs::kernels::BudgetTerm> terms{{aux.data(), aux_norm.data(), 1.0}};
   zs::bench::time_on_stream(state, stream, [&] {
-    zs::kernels::clipped_saxpy(stream.exec(), trunk, aux, aux_norm, 1.f);
+    zs::kernels::budget_sum(stream.exec(), applied, zs::ConstDeviceFloats(c51), zs::DeviceScalar<const float>(scale),
+                            terms);
   });
-  state.counters["floats"] = benchmark::Counter(static_cast<double>(n));
 }
-BENCHMARK(BM_ClippedSaxpyTrunk)->UseManualTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_BudgetSumOneAuxiliary)->UseManualTime()->Unit(benchmark::kMicrosecond);
 
 struct AdamBuffers {
   zs::DeviceFloats params{"params", flat_size()}, grads{"grads", flat_size()}, m{"m", flat_size()},
@@ -80,11 +68,12 @@ void BM_AdamPrepareAndPolyakUpdate(benchmark::State& state) {
 }
 BENCHMARK(BM_AdamPrepareAndPolyakUpdate)->UseManualTime()->Unit(benchmark::kMicrosecond);
 
-// A step counter that is a multiple of K on every call: the copying case, the dearer one.
+// Adam's t a multiple of K on every call: the copying case, the dearer one.
 void BM_HardUpdateCopying(benchmark::State& state) {
   zs::Stream stream;
   zs::DeviceFloats target("target", flat_size()), online("online", flat_size());
-  auto step = device_scalar<std::int64_t>(1000, "step");
+  Kokkos::View<double*, zs::MemSpace> step = zs::kernels::make_adam_state();
+  Kokkos::deep_copy(Kokkos::subview(step, static_cast<int>(zs::kernels::kAdamT)), 1000.0);
   auto skip = device_scalar<int>(0, "skip");
   zs::bench::time_on_stream(state, stream, [&] {
     zs::kernels::hard_update(stream.exec(), target, online, step, skip, 1000);

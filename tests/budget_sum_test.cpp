@@ -51,7 +51,7 @@ struct Buffers {
 }  // namespace
 
 TEST(Budget, NormsOfSeveralBuffersInOneLaunchMatchDoubleReference) {
-  for (std::size_t count = 1; count <= std::size_t(zs::kernels::kMaxNorms); ++count) {
+  for (std::size_t count = 1; count <= std::size_t(zs::kernels::kMaxTerms); ++count) {
     for (std::size_t n : {std::size_t{1}, std::size_t{33}, std::size_t{4099}, std::size_t{300007}}) {
       const auto seed = zs::test::fresh_seed();
       SCOPED_TRACE(testing::Message() << count << " buffers of " << n << ", seed " << seed);

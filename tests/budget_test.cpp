@@ -7,95 +7,73 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.hpp"
-#include "losses/grad_budget.hpp"
+#include "losses/registry.hpp"
 #include "test_util.hpp"
+#include "losses/ensemble.hpp"
 #include "train/trainer.hpp"
 
 namespace {
 
-std::string error_of(const zs::GradBudget& b) {
-  try {
-    b.validate();
-  } catch (const zs::Error& e) {
-    return e.what();
-  }
-  return "";
+// A config with the given auxiliaries on (mask bits: 1 IQN, 2 ensemble, 4 CQL) and budgets.
+zs::Config with_budgets(int mask, float iqn = 0.10f, float ensemble = 0.10f, float cql = 0.10f) {
+  zs::Config c;
+  c.iqn.on = mask & 1;
+  c.iqn.budget = iqn;
+  c.ensemble.k = (mask & 2) ? 2 : 0;
+  c.ensemble.budget = ensemble;
+  c.cql.on = mask & 4;
+  c.cql.budget = cql;
+  return c;
+}
+
+std::string budget_error(const zs::Config& c) {
+  return zs::test::error_of([&] { zs::c51_budget(c); });
 }
 
 }  // namespace
 
 TEST(Budget, DocumentedDefaults) {
-  zs::GradBudget b;
-  EXPECT_EQ(b.iqn, 0.10f);
-  EXPECT_EQ(b.ensemble, 0.10f);
-  EXPECT_EQ(b.cql, 0.10f);
-  EXPECT_FALSE(b.iqn_on || b.ensemble_on || b.cql_on);
-  EXPECT_NO_THROW(b.validate());
-  EXPECT_EQ(b.c51_fraction(), 1.0f);  // the seed's fix: C51 alone gets the whole norm
-  b.iqn_on = b.ensemble_on = b.cql_on = true;
-  EXPECT_NO_THROW(b.validate());
-  EXPECT_NEAR(b.c51_fraction(), 0.7f, 1e-7f);
+  const zs::Config c;
+  EXPECT_EQ(c.iqn.budget, 0.10f);
+  EXPECT_EQ(c.ensemble.budget, 0.10f);
+  EXPECT_EQ(c.cql.budget, 0.10f);
+  EXPECT_TRUE(zs::enabled_terms(c).empty());
+  EXPECT_EQ(zs::c51_budget(c), 1.0f);  // C51 alone gets the whole norm
+  EXPECT_NEAR(zs::c51_budget(with_budgets(7)), 0.7f, 1e-7f);
 }
 
 TEST(Budget, EverySubsetOfAuxiliaries) {
   const float iqn = 0.05f, ens = 0.15f, cql = 0.25f;
   for (int mask = 0; mask < 8; ++mask) {
     SCOPED_TRACE(testing::Message() << "active mask " << mask);
-    zs::GradBudget b;
-    b.iqn = iqn;
-    b.ensemble = ens;
-    b.cql = cql;
-    b.iqn_on = mask & 1;
-    b.ensemble_on = mask & 2;
-    b.cql_on = mask & 4;
+    const auto c = with_budgets(mask, iqn, ens, cql);
     const double ref = 1.0 - ((mask & 1) ? double(iqn) : 0.0) - ((mask & 2) ? double(ens) : 0.0) -
                        ((mask & 4) ? double(cql) : 0.0);
-    EXPECT_NO_THROW(b.validate());
-    EXPECT_NEAR(b.c51_fraction(), ref, 1e-7);
-    EXPECT_GT(b.c51_fraction(), 0.f);
+    EXPECT_NEAR(zs::c51_budget(c), ref, 1e-7);
+    EXPECT_GT(zs::c51_budget(c), 0.f);
   }
 }
 
 TEST(Budget, InactiveBudgetsDoNotCount) {
-  zs::GradBudget b;
-  b.iqn = 0.9f;
-  b.cql = 0.9f;  // both off: they must not push the sum past 1
-  b.ensemble_on = true;
-  EXPECT_NO_THROW(b.validate());
-  EXPECT_NEAR(b.c51_fraction(), 0.9f, 1e-7f);
+  // Both off: they must not push the sum past 1.
+  EXPECT_NEAR(zs::c51_budget(with_budgets(2, 0.9f, 0.10f, 0.9f)), 0.9f, 1e-7f);
 }
 
 TEST(Budget, SumOfExactlyOneIsAnError) {
-  zs::GradBudget b;
-  b.iqn = 0.25f;
-  b.ensemble = 0.25f;
-  b.cql = 0.5f;
-  b.iqn_on = b.ensemble_on = b.cql_on = true;
-  const std::string msg = error_of(b);
+  std::string msg = budget_error(with_budgets(7, 0.25f, 0.25f, 0.5f));
   ASSERT_FALSE(msg.empty()) << "no error for budgets summing to 1";
   EXPECT_NE(msg.find("sum to 1"), std::string::npos) << msg;
   EXPECT_NE(msg.find("cql = 0.5"), std::string::npos) << msg;
   // Two active budgets of 0.5, and a single one of 1.
-  b.iqn_on = false;
-  b.ensemble = 0.5f;
-  EXPECT_FALSE(error_of(b).empty());
-  zs::GradBudget one;
-  one.cql = 1.f;
-  one.cql_on = true;
-  EXPECT_FALSE(error_of(one).empty());
+  EXPECT_FALSE(budget_error(with_budgets(6, 0.25f, 0.5f, 0.5f)).empty());
+  EXPECT_FALSE(budget_error(with_budgets(4, 0.1f, 0.1f, 1.f)).empty());
   // Floats that only round to 1 when summed (0.3 + 0.3 + 0.4 is 1.00000003 in double).
-  zs::GradBudget r;
-  r.iqn = 0.3f;
-  r.ensemble = 0.3f;
-  r.cql = 0.4f;
-  r.iqn_on = r.ensemble_on = r.cql_on = true;
-  EXPECT_FALSE(error_of(r).empty());
+  EXPECT_FALSE(budget_error(with_budgets(7, 0.3f, 0.3f, 0.4f)).empty());
   // Just under 1 is fine, and C51's share stays positive.
-  r.cql = std::nextafter(0.4f, 0.f);
-  r.cql = std::nextafter(r.cql, 0.f);
-  ASSERT_LT(r.active_sum(), 1.0);
-  EXPECT_TRUE(error_of(r).empty()) << error_of(r);
-  EXPECT_GT(r.c51_fraction(), 0.f);
+  const float under = std::nextafter(std::nextafter(0.4f, 0.f), 0.f);
+  ASSERT_LT(double(0.3f) + double(0.3f) + double(under), 1.0);
+  EXPECT_TRUE(budget_error(with_budgets(7, 0.3f, 0.3f, under)).empty()) << budget_error(with_budgets(7, 0.3f, 0.3f, under));
+  EXPECT_GT(zs::c51_budget(with_budgets(7, 0.3f, 0.3f, under)), 0.f);
 }
 
 TEST(Budget, NegativeNaNInfAndAboveOneAreErrors) {
@@ -104,14 +82,14 @@ TEST(Budget, NegativeNaNInfAndAboveOneAreErrors) {
   for (float bad : {-0.01f, -1.f, 1.5f, nan, inf, -inf}) {
     for (int which = 0; which < 3; ++which) {
       SCOPED_TRACE(testing::Message() << "bad " << bad << " in budget " << which);
-      zs::GradBudget b;
-      const char* name = which == 0 ? "iqn = " : which == 1 ? "ensemble = " : "cql = ";
-      (which == 0 ? b.iqn : which == 1 ? b.ensemble : b.cql) = bad;
-      // Even an inactive budget must be a sane number: it is a config error either way.
-      const std::string msg = error_of(b);
+      const char* name = which == 0 ? "'iqn'" : which == 1 ? "'ensemble'" : "'cql'";
+      const auto c = with_budgets(1 << which, which == 0 ? bad : 0.1f, which == 1 ? bad : 0.1f, which == 2 ? bad : 0.1f);
+      const std::string msg = budget_error(c);
       ASSERT_FALSE(msg.empty());
       EXPECT_NE(msg.find(name), std::string::npos) << msg;
       EXPECT_NE(msg.find("[0, 1]"), std::string::npos) << msg;
+      // The config itself refuses it too, naming the key.
+      EXPECT_THROW(c.validate(), zs::Error);
     }
   }
 }
@@ -135,25 +113,32 @@ std::vector<float> host(const zs::DeviceFloats& d) { return zs::test::to_host(d)
 
 }  // namespace
 
-TEST(Budget, ConfigKeysDecideTheSplit) {
+TEST(Budget, ConfigKeysDecideTheTermsAndTheirShares) {
+  zs::TrainerOptions opt;
+  opt.batch_size = 3;
   for (int mask = 0; mask < 8; ++mask) {
     SCOPED_TRACE(testing::Message() << "active mask " << mask);
-    const auto b = zs::budget_of(zs::Config::from_json(with_aux(step_json(1), mask)));
-    EXPECT_EQ(b.iqn_on, (mask & 1) != 0);
-    EXPECT_EQ(b.ensemble_on, (mask & 2) != 0);
-    EXPECT_EQ(b.cql_on, (mask & 4) != 0);
+    zs::Trainer tr(zs::Config::from_json(with_aux(step_json(1), mask)), opt);
+    const char* names[] = {"iqn", "ensemble", "cql"};
+    const float shares[] = {0.05f, 0.15f, 0.25f};
+    std::size_t expected_terms = 1;
+    for (int b = 0; b < 3; ++b) {
+      const zs::LossTerm* t = tr.term(names[b]);
+      EXPECT_EQ(t != nullptr, (mask & (1 << b)) != 0) << names[b];
+      if (t) {
+        EXPECT_EQ(t->budget(), shares[b]);
+        ++expected_terms;
+      }
+    }
+    ASSERT_EQ(tr.terms().size(), expected_terms);
+    EXPECT_EQ(tr.terms().front()->name(), "c51");
     const double ref = 1.0 - ((mask & 1) ? double(0.05f) : 0.0) - ((mask & 2) ? double(0.15f) : 0.0) -
                        ((mask & 4) ? double(0.25f) : 0.0);
-    EXPECT_NEAR(b.c51_fraction(), ref, 1e-7);
+    EXPECT_NEAR(tr.terms().front()->budget(), ref, 1e-7);
   }
   auto j = with_aux(step_json(1), 7);
   j["cql"]["budget"] = 0.8;  // 0.05 + 0.15 + 0.8 = 1
   EXPECT_NE(zs::test::error_of([&] { zs::Config::from_json(j); }).find("active auxiliary budgets sum to 1"),
-            std::string::npos);
-  zs::TrainerOptions opt;
-  opt.budget.cql_on = true;
-  EXPECT_NE(zs::test::error_of([&] { zs::Trainer(zs::Config::from_json(step_json(1)), opt); })
-                .find("auxiliaries and their budgets are Config keys"),
             std::string::npos);
 }
 
@@ -169,7 +154,8 @@ TEST(Budget, AllAuxiliariesOffIsBitIdenticalToThePlainStep) {
   opt.batch_size = 7;
   zs::Trainer plain(c_plain, opt), explicit_off(c_off, opt);
   EXPECT_EQ(plain.layout().size(), explicit_off.layout().size());
-  EXPECT_EQ(explicit_off.budget().c51_fraction(), 1.f);
+  EXPECT_EQ(explicit_off.terms().size(), 1u);
+  EXPECT_EQ(explicit_off.terms().front()->budget(), 1.f);
   for (int s = 0; s < 4; ++s) {
     const auto hb = zs::random_batch(c_plain, 7, seed + s);
     zs::upload(plain.stream().exec(), c_plain, hb, plain.batch());
@@ -180,11 +166,11 @@ TEST(Budget, AllAuxiliariesOffIsBitIdenticalToThePlainStep) {
   plain.synchronize();
   explicit_off.synchronize();
   EXPECT_TRUE(zs::test::same_bits(host(plain.online().flat()), host(explicit_off.online().flat())));
-  EXPECT_TRUE(zs::test::same_bits(host(plain.adam_v().flat()), host(explicit_off.adam_v().flat())));
-  EXPECT_FALSE(explicit_off.aux_metrics().has_value());
-  EXPECT_EQ(explicit_off.iqn(), nullptr);
-  EXPECT_EQ(explicit_off.ensemble(), nullptr);
-  EXPECT_EQ(explicit_off.cql(), nullptr);
+  EXPECT_TRUE(zs::test::same_bits(host(plain.optimizer().v().flat()), host(explicit_off.optimizer().v().flat())));
+  EXPECT_FALSE(explicit_off.term_metrics().has_value());
+  EXPECT_EQ(explicit_off.term("iqn"), nullptr);
+  EXPECT_EQ(explicit_off.term("ensemble"), nullptr);
+  EXPECT_EQ(explicit_off.term("cql"), nullptr);
 }
 
 // The applied gradient is s_c51·g_c51 + Σ s_aux·g_aux with s = min(1, share·max_grad_norm/(‖g‖ + 1e-6)),
@@ -221,27 +207,29 @@ TEST(Budget, AppliedGradientIsEachLossClippedToItsShare) {
       return std::sqrt(s);
     };
     const std::size_t n_plain = g_c51.size();
-    const double s_c51 = coef(norm_of(g_c51, n_plain), tr.budget().c51_fraction() * max_norm);
+    const double s_c51 = coef(norm_of(g_c51, n_plain), tr.terms().front()->budget() * max_norm);
     ASSERT_LT(s_c51, 1.0) << "C51's share must clip here";
     std::vector<double> expect(applied.size(), 0.0);
     for (std::size_t i = 0; i < n_plain; ++i) expect[i] = s_c51 * g_c51[i];
-    const auto st = tr.aux_metrics();
+    const auto st = tr.term_metrics();
     ASSERT_TRUE(st.has_value());
     EXPECT_EQ(st->step, 0);
-    EXPECT_NEAR(st->c51_scale, s_c51, 1e-6);
-    auto add = [&](const zs::AuxOutputs& a, float share, double reported_scale, double reported_norm) {
-      const auto g = host(a.grad.flat());
-      const double n = norm_of(g, g.size()), s = coef(n, double(share) * max_norm);
-      EXPECT_NEAR(reported_norm, n, 1e-6 * n);
-      EXPECT_NEAR(reported_scale, s, 1e-6);
+    ASSERT_EQ(st->terms.size(), tr.terms().size());
+    ASSERT_NE(st->term("c51"), nullptr);
+    EXPECT_NEAR(st->term("c51")->scale, s_c51, 1e-6);
+    for (const char* name : {"iqn", "ensemble", "cql"}) {
+      const zs::LossTerm* t = tr.term(name);
+      const zs::TermMetrics* m = st->term(name);
+      ASSERT_EQ(t == nullptr, m == nullptr) << name;
+      if (!t) continue;
+      const auto g = host(t->grad().flat());
+      const double n = norm_of(g, g.size()), s = coef(n, double(t->budget()) * max_norm);
+      EXPECT_NEAR(m->grad_norm, n, 1e-6 * n) << name;
+      EXPECT_NEAR(m->scale, s, 1e-6) << name;
+      EXPECT_TRUE(std::isfinite(m->loss)) << name;
+      EXPECT_EQ(m->statistic_name.empty(), std::isnan(m->statistic)) << name;
       for (std::size_t i = 0; i < g.size(); ++i) expect[i] += float(s) * g[i];
-    };
-    if (mask & 1) add(tr.iqn()->out(), tr.budget().iqn, st->iqn_scale, st->iqn_grad_norm);
-    else EXPECT_TRUE(std::isnan(st->iqn_loss));
-    if (mask & 2) add(tr.ensemble()->out(), tr.budget().ensemble, st->ensemble_scale, st->ensemble_grad_norm);
-    else EXPECT_TRUE(std::isnan(st->ensemble_spread));
-    if (mask & 4) add(tr.cql()->out(), tr.budget().cql, st->cql_scale, st->cql_grad_norm);
-    else EXPECT_TRUE(std::isnan(st->cql_grad_norm));
+    }
     double applied_norm = 0;
     for (std::size_t i = 0; i < applied.size(); ++i) {
       ASSERT_NEAR(applied[i], expect[i], 1e-6 * max_norm + 1e-5 * std::abs(expect[i])) << "element " << i;
@@ -268,17 +256,21 @@ TEST(Budget, GraphReplayEqualsDirectLaunchWithEverythingOn) {
   graph.synchronize();
   direct.synchronize();
   EXPECT_TRUE(graph.graph_recorded());
-  for (auto get : {&zs::Trainer::online, &zs::Trainer::target, &zs::Trainer::adam_v, &zs::Trainer::applied_grad})
+  for (auto get : {&zs::Trainer::online, &zs::Trainer::target, &zs::Trainer::applied_grad})
     EXPECT_TRUE(zs::test::same_bits(host(((&graph)->*get)().flat()), host(((&direct)->*get)().flat())));
-  EXPECT_TRUE(zs::test::same_bits(zs::test::to_host(graph.ensemble()->spread()),
-                                  zs::test::to_host(direct.ensemble()->spread())));
-  const auto mg = graph.aux_metrics(), md = direct.aux_metrics();
+  EXPECT_TRUE(zs::test::same_bits(host(graph.optimizer().v().flat()), host(direct.optimizer().v().flat())));
+  const auto* eg = graph.term_as<zs::EnsembleTerm>("ensemble");
+  const auto* ed = direct.term_as<zs::EnsembleTerm>("ensemble");
+  ASSERT_TRUE(eg && ed);
+  EXPECT_TRUE(zs::test::same_bits(zs::test::to_host(eg->spread()), zs::test::to_host(ed->spread())));
+  const auto mg = graph.term_metrics(), md = direct.term_metrics();
   ASSERT_TRUE(mg && md);
   EXPECT_EQ(mg->step, 4);
   EXPECT_EQ(mg->steps_behind, 0);
-  EXPECT_EQ(mg->iqn_loss, md->iqn_loss);
-  EXPECT_EQ(mg->ensemble_spread, md->ensemble_spread);
-  EXPECT_EQ(mg->cql_grad_norm, md->cql_grad_norm);
-  EXPECT_TRUE(std::isfinite(mg->iqn_loss) && std::isfinite(mg->ensemble_loss) && std::isfinite(mg->cql_loss));
-  EXPECT_GT(mg->ensemble_spread, 0.0);
+  EXPECT_EQ(mg->term("iqn")->loss, md->term("iqn")->loss);
+  EXPECT_EQ(mg->term("ensemble")->statistic, md->term("ensemble")->statistic);
+  EXPECT_EQ(mg->term("cql")->grad_norm, md->term("cql")->grad_norm);
+  for (const auto& t : mg->terms) EXPECT_TRUE(std::isfinite(t.loss)) << t.name;
+  EXPECT_EQ(mg->term("ensemble")->statistic_name, "spread");
+  EXPECT_GT(mg->term("ensemble")->statistic, 0.0);
 }

@@ -22,7 +22,7 @@ zs::Config config(std::uint64_t seed, int atoms = 11) {
 
 std::vector<float> all_state(const zs::Trainer& t) {
   std::vector<float> s;
-  for (const auto* buf : {&t.online(), &t.target(), &t.adam_m(), &t.adam_v()}) {
+  for (const auto* buf : {&t.online(), &t.target(), &t.optimizer().m(), &t.optimizer().v()}) {
     const auto h = zs::test::to_host(buf->flat());
     s.insert(s.end(), h.begin(), h.end());
   }

@@ -34,10 +34,11 @@ TEST(CQL, LossAndEveryGradientMatchTheReferenceAndFiniteDifferences) {
   const auto& p0 = draw.p0;
   tr.step_direct();
   tr.synchronize();
-  ASSERT_NE(tr.cql(), nullptr);
+  const zs::LossTerm* cql = tr.term("cql");
+  ASSERT_NE(cql, nullptr);
   float loss = 0;
-  Kokkos::deep_copy(loss, tr.cql()->out().loss);
-  const auto grad = zs::test::to_host(tr.cql()->out().grad.flat());
+  Kokkos::deep_copy(loss, cql->loss());
+  const auto grad = zs::test::to_host(cql->grad().flat());
 
   const zs::test::RefNet ref(c, tr.layout());
   const auto rb = ref_batch(hb);
@@ -47,7 +48,7 @@ TEST(CQL, LossAndEveryGradientMatchTheReferenceAndFiniteDifferences) {
   double norm = 0;
   for (float g : grad) norm += double(g) * g;
   double dev_norm = 0;
-  Kokkos::deep_copy(dev_norm, tr.cql()->out().norm);
+  Kokkos::deep_copy(dev_norm, cql->norm());
   EXPECT_NEAR(dev_norm, std::sqrt(norm), 1e-9 * std::sqrt(norm));
 
   zs::test::expect_gradient_matches_finite_differences(

@@ -16,6 +16,8 @@
 #include "kernels/ensemble_loss.hpp"
 #include "network_reference.hpp"
 #include "test_util.hpp"
+#include "losses/ensemble.hpp"
+#include "losses/registry.hpp"
 #include "train/trainer.hpp"
 
 namespace {
@@ -152,13 +154,14 @@ TEST(Ensemble, LossSpreadAndEveryGradientMatchTheReferenceAndFiniteDifferences) 
     const auto& t0 = draw.t0;
     tr.step_direct();
     tr.synchronize();
-    ASSERT_NE(tr.ensemble(), nullptr);
-    ASSERT_EQ(tr.ensemble()->members(), k);
+    const auto* ens = tr.term_as<zs::EnsembleTerm>("ensemble");
+    ASSERT_NE(ens, nullptr);
+    ASSERT_EQ(ens->members(), k);
     float loss = 0, spread_mean = 0;
-    Kokkos::deep_copy(loss, tr.ensemble()->out().loss);
-    Kokkos::deep_copy(spread_mean, tr.ensemble()->spread_mean());
-    const auto grad = zs::test::to_host(tr.ensemble()->out().grad.flat());
-    const auto spread = zs::test::to_host(tr.ensemble()->spread());
+    Kokkos::deep_copy(loss, ens->loss());
+    Kokkos::deep_copy(spread_mean, ens->spread_mean());
+    const auto grad = zs::test::to_host(ens->grad().flat());
+    const auto spread = zs::test::to_host(ens->spread());
 
     const zs::test::RefNet ref(c, tr.layout());
     const auto rb = ref_batch(hb);
@@ -232,15 +235,16 @@ TEST(Ensemble, LayoutNamesComeAfterTheNetwork) {
   const auto plain = ens_config(1, 1).to_json();
   auto j = plain;
   j["ensemble"] = false;
-  const zs::ParamLayout off(zs::Config::from_json(j)), on(ens_config(1, 2));
+  const zs::ParamLayout off = zs::layout_for(zs::Config::from_json(j)), on = zs::layout_for(ens_config(1, 2));
   ASSERT_LT(off.tensors().size(), on.tensors().size());
   for (std::size_t i = 0; i < off.tensors().size(); ++i) {
     EXPECT_EQ(off.tensors()[i].name, on.tensors()[i].name);
     EXPECT_EQ(off.tensors()[i].offset, on.tensors()[i].offset);
   }
   EXPECT_EQ(on.tensor("ensemble.1.branch.1.1.weight").shape, (std::vector<int>{2 * 6, 8}));
-  EXPECT_EQ(on.ensemble_layer(1), on.ensemble_layer(0) + on.head_set_layers());
-  EXPECT_EQ(off.ensemble_layer(0), -1);
+  EXPECT_EQ(on.layer_index("ensemble.1.value.0"), on.layer_index("ensemble.0.value.0") + on.head_set_layers());
+  EXPECT_EQ(on.layer_index("ensemble.0.value.0"), off.layer_index("branch.1.1") + 1);
+  EXPECT_NE(zs::test::error_of([&] { off.layer_index("ensemble.0.value.0"); }).find("no layer named"), std::string::npos);
 }
 
 TEST(Ensemble, ConfigErrorsAreClear) {

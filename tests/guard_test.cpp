@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <random>
 
@@ -397,7 +398,10 @@ TEST(Guard, ResetAndCheckpointRoundTrip) {
   ASSERT_TRUE(before.has_value());
   ASSERT_EQ(saved_step.size(), 1u);
   EXPECT_EQ(saved_step[0], 6);
-  const auto decoded = zs::TrainingGuard::decode(before->seq, saved_state.data(), 6);
+  zs::kernels::GuardState saved;
+  ASSERT_EQ(saved_state.size() * sizeof(double), sizeof saved);
+  std::memcpy(static_cast<void*>(&saved), saved_state.data(), sizeof saved);
+  const auto decoded = zs::TrainingGuard::decode(before->seq, saved, 6);
   EXPECT_EQ(decoded.step, before->step);
   expect_totals(decoded.running, before->running);
   expect_totals(decoded.snapshot, ref.snapshot);
@@ -459,14 +463,12 @@ TEST(Guard, BadConfigIsAClearError) {
   }
 }
 
-TEST(Guard, LauncherShapeErrorsNameTheView) {
+TEST(Guard, LauncherErrorsNameTheView) {
   zs::Stream stream;
   Inputs in;
   zs::DeviceScalar<std::int64_t> step("step");
   zs::DeviceScalar<int> skip("skip");
-  Kokkos::View<double*, zs::MemSpace> record("record", zs::kernels::guard_record::size - 1);
-  Kokkos::View<double*, zs::MemSpace> totals("totals", zs::kernels::guard_totals::size);
-  Kokkos::View<double*, zs::MemSpace> snapshot("snapshot", zs::kernels::guard_snapshot::size + 1);
+  Kokkos::View<zs::kernels::GuardState, zs::MemSpace> state("state"), none;
   auto expect_error = [](auto&& call, const std::string& message) {
     try {
       call();
@@ -477,20 +479,18 @@ TEST(Guard, LauncherShapeErrorsNameTheView) {
   };
   expect_error(
       [&] {
-        zs::kernels::guard_check(stream.exec(), in.loss, in.grad, in.lr, step, record, totals, skip,
-                                 zs::GuardConfig{});
-      },
-      "guard_check: record has 7 slots; expected 8");
-  Kokkos::View<double*, zs::MemSpace> good("record", zs::kernels::guard_record::size);
-  expect_error(
-      [&] {
-        zs::kernels::guard_check(stream.exec(), zs::DeviceScalar<float>(), in.grad, in.lr, step,
-                                 good, totals, skip, zs::GuardConfig{});
+        zs::kernels::guard_check(stream.exec(), zs::DeviceScalar<float>(), in.grad, in.lr, step, state, skip,
+                                 zs::kernels::GuardThresholds{});
       },
       "guard_check: loss is not allocated");
   expect_error(
-      [&] { zs::kernels::guard_boundary(stream.exec(), step, totals, snapshot); },
-      "guard_boundary: snapshot has 6 slots; expected 5");
+      [&] {
+        zs::kernels::guard_check(stream.exec(), in.loss, in.grad, in.lr, step, none, skip,
+                                 zs::kernels::GuardThresholds{});
+      },
+      "guard_check: state is not allocated");
+  expect_error([&] { zs::kernels::guard_boundary(stream.exec(), step, none); },
+               "guard_boundary: state is not allocated");
 }
 
 TEST(Guard, GraphCaptureReplaysCheckAndBoundaryWithFreshInputs) {

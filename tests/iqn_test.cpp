@@ -13,6 +13,7 @@
 
 #include "backends/stream.hpp"
 #include "kernels/iqn_quantiles.hpp"
+#include "losses/iqn.hpp"
 #include "fd_check.hpp"
 #include "network_reference.hpp"
 #include "test_util.hpp"
@@ -150,17 +151,18 @@ TEST(IQN, LossTauAndEveryGradientMatchTheReferenceAndFiniteDifferences) {
     const auto& t0 = draw.t0;
     tr.step_direct();
     tr.synchronize();
-    ASSERT_NE(tr.iqn(), nullptr);
+    const auto* iqn = tr.term_as<zs::IqnTerm>("iqn");
+    ASSERT_NE(iqn, nullptr);
     float loss = 0;
-    Kokkos::deep_copy(loss, tr.iqn()->out().loss);
-    const auto grad = zs::test::to_host(tr.iqn()->out().grad.flat());
-    const auto taus = zs::test::to_host(tr.iqn()->taus());
+    Kokkos::deep_copy(loss, iqn->loss());
+    const auto grad = zs::test::to_host(iqn->grad().flat());
+    const auto taus = zs::test::to_host(iqn->taus());
     const auto best = zs::test::to_host(tr.loss().best);
     ASSERT_EQ(taus.size(), std::size_t(2 * B * N));
     // τ is a pure function of (seed, stream, call 0, row), in (0, 1).
     for (int r = 0; r < B * N; ++r) {
-      EXPECT_EQ(taus[r], zs::kernels::iqn_tau(tr.iqn()->seed(), zs::kernels::kIqnOnlineStream, 0, r));
-      EXPECT_EQ(taus[B * N + r], zs::kernels::iqn_tau(tr.iqn()->seed(), zs::kernels::kIqnTargetStream, 0, r));
+      EXPECT_EQ(taus[r], zs::kernels::iqn_tau(iqn->seed(), zs::kernels::kIqnOnlineStream, 0, r));
+      EXPECT_EQ(taus[B * N + r], zs::kernels::iqn_tau(iqn->seed(), zs::kernels::kIqnTargetStream, 0, r));
       EXPECT_GT(taus[r], 0.f);
       EXPECT_LT(taus[r], 1.f);
     }
@@ -193,15 +195,15 @@ TEST(IQN, FreshTauEveryReplayAndGraphEqualsDirect) {
     graph.step();
     direct.step_direct();
     graph.synchronize();
-    const auto taus = zs::test::to_host(graph.iqn()->taus());
-    EXPECT_EQ(taus[0], zs::kernels::iqn_tau(graph.iqn()->seed(), zs::kernels::kIqnOnlineStream, s, 0)) << "step " << s;
+    const auto taus = zs::test::to_host(graph.term_as<zs::IqnTerm>("iqn")->taus());
+    EXPECT_EQ(taus[0], zs::kernels::iqn_tau(graph.term_as<zs::IqnTerm>("iqn")->seed(), zs::kernels::kIqnOnlineStream, s, 0)) << "step " << s;
     EXPECT_NE(taus, previous) << "step " << s << " reused the previous step's τ";
     previous = taus;
   }
   direct.synchronize();
   EXPECT_TRUE(graph.graph_recorded());
   EXPECT_TRUE(zs::test::same_bits(zs::test::to_host(graph.online().flat()), zs::test::to_host(direct.online().flat())));
-  EXPECT_TRUE(zs::test::same_bits(zs::test::to_host(graph.iqn()->taus()), zs::test::to_host(direct.iqn()->taus())));
+  EXPECT_TRUE(zs::test::same_bits(zs::test::to_host(graph.term_as<zs::IqnTerm>("iqn")->taus()), zs::test::to_host(direct.term_as<zs::IqnTerm>("iqn")->taus())));
 }
 
 TEST(IQN, ConfigErrorsAreClear) {

@@ -3,6 +3,7 @@
 // parameter layout's offsets. The reference the device network and loss are tested against.
 #pragma once
 #include <cmath>
+#include <string>
 #include <vector>
 
 #include "core/config.hpp"
@@ -152,13 +153,16 @@ class RefNet {
     return double(c_.cql.alpha) * total / (double(b.B) * K);
   }
 
+  // First layer of ensemble member e's head set.
+  int ensemble_layer(int e) const { return l_.layer_index("ensemble." + std::to_string(e) + ".value.0"); }
+
   // Ensemble: (1/E)·Σ_e (1/B)·Σ_i w_i·(1/K)·Σ_k CE(m_ik, p_e(s_i, a_ik)); m = the C51 targets.
   double ensemble(const std::vector<double>& P, const RefBatch& b, const std::vector<double>& projected) const {
     const int K = static_cast<int>(c_.branches.size()), J = c_.atoms, E = c_.ensemble.k;
     const auto feat = features(P, b.states, b.B);
     double total = 0;
     for (int e = 0; e < E; ++e) {
-      const auto lp = heads(P, feat, b.B, l_.ensemble_layer(e));
+      const auto lp = heads(P, feat, b.B, ensemble_layer(e));
       for (int i = 0; i < b.B; ++i)
         for (int k = 0; k < K; ++k) {
           double ce = 0;
@@ -176,7 +180,7 @@ class RefNet {
     const int K = static_cast<int>(c_.branches.size()), E = c_.ensemble.k;
     const auto feat = features(P, b.states, b.B);
     std::vector<std::vector<double>> lps{heads(P, feat, b.B, static_cast<int>(c_.trunk.size()))};
-    for (int e = 0; e < E; ++e) lps.push_back(heads(P, feat, b.B, l_.ensemble_layer(e)));
+    for (int e = 0; e < E; ++e) lps.push_back(heads(P, feat, b.B, ensemble_layer(e)));
     std::vector<double> out(b.B, 0.0);
     for (int i = 0; i < b.B; ++i)
       for (int k = 0; k < K; ++k) {
@@ -210,8 +214,7 @@ class RefNet {
       width = w;
     }
     std::vector<int> sets{static_cast<int>(c_.trunk.size())};
-    if (l_.ensemble_layer(0) >= 0)
-      for (int e = 0; e < c_.ensemble.k; ++e) sets.push_back(l_.ensemble_layer(e));
+    for (int e = 0; e < c_.ensemble.k; ++e) sets.push_back(ensemble_layer(e));
     for (int s : sets) {
       live(dense(P, s, h, R, width, false));
       for (std::size_t k = 0; k < c_.branches.size(); ++k) live(dense(P, s + 2 + 2 * static_cast<int>(k), h, R, width, false));
@@ -222,7 +225,7 @@ class RefNet {
   // IQN quantiles [R·N, A] of parameters P on features feat [R, F] at τ (row i·N + n).
   std::vector<double> iqn_quantiles(const std::vector<double>& P, const std::vector<double>& feat, int R,
                                     const std::vector<double>& tau) const {
-    const int N = c_.iqn.n_tau, E = c_.iqn.embed_dim, F = c_.trunk.back(), L = l_.iqn_layer();
+    const int N = c_.iqn.n_tau, E = c_.iqn.embed_dim, F = c_.trunk.back(), L = l_.layer_index("iqn.embed");
     std::vector<double> cosv(std::size_t(R) * N * E), h(std::size_t(R) * N * F);
     for (int r = 0; r < R * N; ++r)
       for (int e = 0; e < E; ++e) cosv[std::size_t(r) * E + e] = std::cos(M_PI * e * tau[r]);

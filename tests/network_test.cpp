@@ -10,6 +10,7 @@
 #include <random>
 
 #include "nn/batch.hpp"
+#include "losses/c51.hpp"
 #include "nn/network.hpp"
 #include "fd_check.hpp"
 #include "network_reference.hpp"
@@ -108,7 +109,7 @@ DeviceRun run_device(const Fixture& fx) {
 
   zs::Activations acts(c, 2 * B), tacts(c, B);
   zs::Gradients g(c, B);
-  zs::LossOutputs out(c, B);
+  zs::C51Outputs out(c, B);
   net.forward(stream.exec(), gemm, online, batch.all_states(), acts);
   net.forward(stream.exec(), gemm, target, batch.next_states(), tacts);
   zs::c51_loss(stream.exec(), net, acts, tacts, batch, out, g);

@@ -93,7 +93,9 @@ TEST(StepCommand, WritesEveryOutputAndMatchesTheReferenceLoss) {
   const auto out = st::read(files.out);
   for (const char* key : {"loss", "grad_norm"}) EXPECT_EQ(out.at(key).shape, (std::vector<std::int64_t>{1}));
   EXPECT_EQ(out.at("priorities").shape, (std::vector<std::int64_t>{B}));
-  EXPECT_EQ(out.at("guard").shape, (std::vector<std::int64_t>{8}));
+  EXPECT_EQ(out.at("guard").shape, (std::vector<std::int64_t>{7}));
+  EXPECT_EQ(out.metadata.at("guard_fields"),
+            "halt_nan, halt_loss_clip, halt_grad_collapse, clipped_loss, raw_loss, raw_grad_norm, step");
   for (const auto& t : layout.tensors())
     for (const char* prefix : {"grad.", "param.", "target."})
       EXPECT_EQ(out.tensors.count(prefix + t.name), 1u) << prefix << t.name;
@@ -112,7 +114,10 @@ TEST(StepCommand, WritesEveryOutputAndMatchesTheReferenceLoss) {
   EXPECT_NEAR(out.f32("loss", {1})[0], expect.loss, 1e-5 * expect.loss + 1e-6);
   const auto prio = out.f32("priorities", {B});
   for (int i = 0; i < B; ++i) EXPECT_NEAR(prio[i], expect.priorities[i], 1e-5 * expect.priorities[i] + 1e-6);
-  EXPECT_EQ(out.f32("guard", {8})[0], 0.f);
+  const auto guard = out.f32("guard", {7});
+  EXPECT_EQ(guard[0], 0.f);                                   // halt_nan
+  EXPECT_NEAR(guard[4], expect.loss, 1e-5 * expect.loss + 1e-6);  // raw_loss
+  EXPECT_EQ(guard[6], 0.f);                                   // step: the first step has index 0
 }
 
 TEST(StepCommand, RefusesBadFilesWithClearMessages) {

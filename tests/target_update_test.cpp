@@ -21,18 +21,23 @@ namespace {
 
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 
-// Stands in for whatever advances the applied-update counter on the device in a real step
-// (Adam's t does the same): it stays still on a skipped step.
+// Stands in for adam_prepare, which advances Adam's t (the applied-update counter the hard update
+// reads) on the device in a real step: it stays still on a skipped step.
 struct Increment {
-  Kokkos::View<std::int64_t, zs::MemSpace> counter;
+  Kokkos::View<double*, zs::MemSpace> counter;
   Kokkos::View<const int, zs::MemSpace> skip;
   KOKKOS_INLINE_FUNCTION void operator()(const int) const {
-    if (skip() == 0) counter() += 1;
+    if (skip() == 0) counter(zs::kernels::kAdamT) += 1.0;
   }
 };
 
-void increment(const zs::Stream& stream, const Kokkos::View<std::int64_t, zs::MemSpace>& counter,
-               const Kokkos::View<const int, zs::MemSpace>& skip) {
+using AdamState = Kokkos::View<double*, zs::MemSpace>;
+
+void set_t(const AdamState& state, double t) {
+  Kokkos::deep_copy(Kokkos::subview(state, static_cast<int>(zs::kernels::kAdamT)), t);
+}
+
+void increment(const zs::Stream& stream, const AdamState& counter, const Kokkos::View<const int, zs::MemSpace>& skip) {
   Kokkos::parallel_for("zs::test::increment", Kokkos::RangePolicy<zs::ExecSpace>(stream.exec(), 0, 1),
                        Increment{counter, skip});
 }
@@ -57,8 +62,8 @@ TEST(TargetUpdate, SkipFlagLeavesTargetUntouched) {
   auto online = zs::test::random_normal(n, seed + 1);
   online[seed % n] = kNaN;  // what a poisoned step could have left: must not leak through
   zs::Stream stream;
-  Kokkos::View<std::int64_t, zs::MemSpace> step("step");
-  Kokkos::deep_copy(step, 4);  // a copy step for K = 2
+  AdamState step = zs::kernels::make_adam_state();
+  set_t(step, 4);  // a copy step for K = 2
   for (int flag : {1, -1, 7}) {
     SCOPED_TRACE(testing::Message() << "skip " << flag);
     auto skip = skip_flag(flag);
@@ -74,11 +79,11 @@ TEST(TargetUpdate, HardCopiesEveryKAppliedUpdates) {
   const std::size_t n = 1031;
   zs::Stream stream;
   auto skip = skip_flag(0);
-  Kokkos::View<std::int64_t, zs::MemSpace> step("step");
+  AdamState step = zs::kernels::make_adam_state();
   for (std::int64_t K : {1, 3, 7}) {
     const auto seed = zs::test::fresh_seed();
     SCOPED_TRACE(testing::Message() << "K = " << K << ", seed " << seed);
-    Kokkos::deep_copy(step, 0);
+    set_t(step, 0);
     std::vector<float> ref_target = zs::test::random_normal(n, seed);
     auto dt = zs::test::to_device(ref_target);
     zs::DeviceFloats dn("online", n);
@@ -106,7 +111,7 @@ TEST(TargetUpdate, GraphReplayHard) {
   const std::int64_t K = 3;
   zs::Stream stream;
   zs::DeviceFloats hard("hard", n), online("online", n);
-  Kokkos::View<std::int64_t, zs::MemSpace> step("step");
+  AdamState step = zs::kernels::make_adam_state();
   auto skip = skip_flag(0);
   const auto seed = zs::test::fresh_seed();
   SCOPED_TRACE(testing::Message() << "seed " << seed);
@@ -145,15 +150,15 @@ TEST(TargetUpdate, GraphReplayHard) {
     check(on, skipped);
   }
   EXPECT_EQ(applied, 9);
-  std::int64_t h_step = 0;
-  Kokkos::deep_copy(h_step, step);
-  EXPECT_EQ(h_step, 9);
+  double h_step = 0;
+  Kokkos::deep_copy(h_step, Kokkos::subview(step, static_cast<int>(zs::kernels::kAdamT)));
+  EXPECT_EQ(h_step, 9.0);
 }
 
 TEST(TargetUpdate, BadShapesAndPeriodAreClearErrors) {
   zs::Stream stream;
   zs::DeviceFloats a("a", 10), b("b", 11), empty("empty", 0);
-  Kokkos::View<std::int64_t, zs::MemSpace> step("step");
+  AdamState step = zs::kernels::make_adam_state();
   auto skip = skip_flag(0);
   std::string msg = error_of([&] { zs::kernels::hard_update(stream.exec(), b, a, step, skip, 2); });
   EXPECT_NE(msg.find("target has 11"), std::string::npos) << msg;

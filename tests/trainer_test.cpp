@@ -12,6 +12,7 @@
 
 #include "network_reference.hpp"
 #include "test_util.hpp"
+#include "losses/iqn.hpp"
 #include "train/trainer.hpp"
 
 namespace {
@@ -149,7 +150,7 @@ TEST(Trainer, GraphReplayEqualsDirectLaunch) {
   EXPECT_TRUE(graph.graph_recorded());
   EXPECT_TRUE(zs::test::same_bits(host_copy(graph.online().flat()), host_copy(direct.online().flat())));
   EXPECT_TRUE(zs::test::same_bits(host_copy(graph.target().flat()), host_copy(direct.target().flat())));
-  EXPECT_TRUE(zs::test::same_bits(host_copy(graph.adam_v().flat()), host_copy(direct.adam_v().flat())));
+  EXPECT_TRUE(zs::test::same_bits(host_copy(graph.optimizer().v().flat()), host_copy(direct.optimizer().v().flat())));
   const auto mg = graph.metrics(), md = direct.metrics();
   ASSERT_TRUE(mg && md);
   EXPECT_EQ(mg->step, 5);
@@ -171,7 +172,7 @@ TEST(Trainer, NaNBatchTripsTheGuardAndChangesNothing) {
   tr.step();
   tr.synchronize();
   const auto online = host_copy(tr.online().flat()), target = host_copy(tr.target().flat());
-  const auto m = host_copy(tr.adam_m().flat()), v = host_copy(tr.adam_v().flat());
+  const auto m = host_copy(tr.optimizer().m().flat()), v = host_copy(tr.optimizer().v().flat());
   for (int poison = 0; poison < 3; ++poison) {
     auto bad = hb;
     if (poison == 0) bad.rewards[3] = std::nanf("");
@@ -185,8 +186,8 @@ TEST(Trainer, NaNBatchTripsTheGuardAndChangesNothing) {
     EXPECT_TRUE(st->halt_nan) << "poison " << poison;
     EXPECT_TRUE(zs::test::same_bits(online, host_copy(tr.online().flat()))) << "poison " << poison;
     EXPECT_TRUE(zs::test::same_bits(target, host_copy(tr.target().flat())));
-    EXPECT_TRUE(zs::test::same_bits(m, host_copy(tr.adam_m().flat())));
-    EXPECT_TRUE(zs::test::same_bits(v, host_copy(tr.adam_v().flat())));
+    EXPECT_TRUE(zs::test::same_bits(m, host_copy(tr.optimizer().m().flat())));
+    EXPECT_TRUE(zs::test::same_bits(v, host_copy(tr.optimizer().v().flat())));
   }
   zs::upload(tr.stream().exec(), c, hb, tr.batch());
   tr.step();
@@ -297,7 +298,7 @@ TEST(Trainer, CheckpointWithEveryAuxiliaryResumesBitForBit) {
   for (int s = 0; s < 3; ++s) b.step();
   b.synchronize();
   EXPECT_TRUE(zs::test::same_bits(host_copy(a.online().flat()), host_copy(b.online().flat())));
-  EXPECT_TRUE(zs::test::same_bits(zs::test::to_host(a.iqn()->taus()), zs::test::to_host(b.iqn()->taus())))
+  EXPECT_TRUE(zs::test::same_bits(zs::test::to_host(a.term_as<zs::IqnTerm>("iqn")->taus()), zs::test::to_host(b.term_as<zs::IqnTerm>("iqn")->taus())))
       << "the IQN RNG counter must travel with the checkpoint";
   std::remove(path.c_str());
 }

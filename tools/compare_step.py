@@ -4,8 +4,10 @@ for bit: the check that a refactoring left the step's arithmetic alone.
 
 For each case (plain step, each auxiliary alone, all of them, spectral norm, odd sizes) it writes
 a config and a random batch, runs both programs for a few steps, and compares the output files
-tensor by tensor (by name, dtype, shape and bytes). A tensor present in one output only is
-reported; `--allow-missing NAME` accepts a known format change. The loss's double-DQN argmax a*
+tensor by tensor (by name, dtype, shape and bytes). A tensor whose metadata names its fields
+(`guard` with `guard_fields`) is compared field by field by name, each field's bytes. A tensor
+or field present in one output only is reported; `--allow-missing NAME` (`guard.reserved` for a
+field) accepts a known format change. The loss's double-DQN argmax a*
 is the one place where two correct programs may differ (near-ties of Q); `--explain-ties` prints,
 for a case that differs, the samples and branches whose a* changed.
 
@@ -98,6 +100,15 @@ def run(binary, work, tag, steps):
     return read_safetensors(out)
 
 
+def fields(t, meta, name):
+    """name.field -> bytes of one element, for a tensor whose metadata lists its fields."""
+    names = [f.strip() for f in meta.get(name + "_fields", "").split(",") if f.strip()]
+    _, size = DTYPES[t[0]]
+    if len(names) * size != len(t[2]):
+        return None
+    return {"%s.%s" % (name, f): t[2][i * size:(i + 1) * size] for i, f in enumerate(names)}
+
+
 def explain_ties(old, new):
     # The outputs hold no a*; the priorities of the samples whose a* changed differ.
     a, b = values(old["priorities"]), values(new["priorities"])
@@ -129,7 +140,15 @@ def main():
                     if t not in args.allow_missing:
                         only.append(t + (" (old only)" if t in old else " (new only)"))
                     continue
-                if old[t] != new[t]:
+                fo, fn = fields(old[t], old_meta, t), fields(new[t], new_meta, t)
+                if fo is not None and fn is not None:
+                    for f in sorted(set(fo) | set(fn)):
+                        if f not in fo or f not in fn:
+                            if f not in args.allow_missing:
+                                only.append(f + (" (old only)" if f in fo else " (new only)"))
+                        elif fo[f] != fn[f]:
+                            differ.append(f)
+                elif old[t] != new[t]:
                     differ.append(t)
             same = len(set(old) & set(new)) - len(differ)
             status = "identical" if not differ and not only else "DIFFERENT"

@@ -81,43 +81,49 @@ void run_step_command(const StepCommand& cmd, std::ostream& log) {
   safetensors::File out;
   out.metadata["config"] = c.to_json().dump();
   out.metadata["steps"] = std::to_string(cmd.steps);
-  out.metadata["guard_fields"] =
-      "halt_nan, halt_loss_clip, halt_grad_collapse, clipped_loss, raw_loss, raw_grad_norm, reserved, step";
+  const std::pair<const char*, double> guard[] = {
+      {"halt_nan", status->halt_nan},         {"halt_loss_clip", status->halt_loss_clip},
+      {"halt_grad_collapse", status->halt_grad_collapse}, {"clipped_loss", status->clipped_loss},
+      {"raw_loss", status->raw_loss},         {"raw_grad_norm", status->raw_grad_norm},
+      {"step", static_cast<double>(status->step)}};
+  std::string guard_fields;
+  std::vector<float> guard_values;
+  for (const auto& [name, value] : guard) {
+    guard_fields += (guard_fields.empty() ? "" : ", ") + std::string(name);
+    guard_values.push_back(static_cast<float>(value));
+  }
+  out.metadata["guard_fields"] = guard_fields;
   out.tensors["loss"] = safetensors::Tensor::from<float>({1}, {loss});
   out.tensors["priorities"] =
       safetensors::Tensor::from<float>({batch.size}, std::vector<float>(prio.data(), prio.data() + prio.size()));
   out.tensors["grad_norm"] = safetensors::Tensor::from<float>({1}, {static_cast<float>(grad_norm)});
-  out.tensors["guard"] = safetensors::Tensor::from<float>(
-      {8}, {float(status->halt_nan), float(status->halt_loss_clip), float(status->halt_grad_collapse),
-            float(status->clipped_loss), float(status->raw_loss), float(status->raw_grad_norm), 0.f,
-            float(status->step)});
+  out.tensors["guard"] = safetensors::Tensor::from<float>({static_cast<std::int64_t>(guard_values.size())}, guard_values);
   for (const auto& t : tr.layout().tensors()) {
     const std::vector<std::int64_t> shape(t.shape.begin(), t.shape.end());
     out.tensors["grad." + t.name] = safetensors::Tensor::from<float>(shape, tr.read_tensor(tr.grad(), t.name));
     out.tensors["param." + t.name] = safetensors::Tensor::from<float>(shape, tr.read_tensor(tr.online(), t.name));
     out.tensors["target." + t.name] = safetensors::Tensor::from<float>(shape, tr.read_tensor(tr.target(), t.name));
   }
-  // Auxiliaries (issue 6): each one's loss and raw gradient norm of the last step, the ensemble's
-  // per-sample spread, and applied_grad.<name>: the combined, budgeted gradient Adam applied.
-  auto aux = [&](const char* name, const AuxOutputs& a) {
-    float l = 0;
-    double n = 0;
-    Kokkos::deep_copy(l, a.loss);
-    Kokkos::deep_copy(n, a.norm);
-    out.tensors[std::string("aux.") + name + ".loss"] = safetensors::Tensor::from<float>({1}, {l});
-    out.tensors[std::string("aux.") + name + ".grad_norm"] = safetensors::Tensor::from<float>({1}, {static_cast<float>(n)});
-  };
-  if (c.any_auxiliary())
+  // Every auxiliary term: its loss and raw gradient norm of the last step and its per-sample
+  // outputs; applied_grad.<name>: the combined, budgeted gradient Adam applied.
+  if (tr.terms().size() > 1)
     for (const auto& t : tr.layout().tensors())
       out.tensors["applied_grad." + t.name] = safetensors::Tensor::from<float>(
           std::vector<std::int64_t>(t.shape.begin(), t.shape.end()), tr.read_tensor(tr.applied_grad(), t.name));
-  if (tr.iqn()) aux("iqn", tr.iqn()->out());
-  if (tr.cql()) aux("cql", tr.cql()->out());
-  if (tr.ensemble()) {
-    aux("ensemble", tr.ensemble()->out());
-    auto sp = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), tr.ensemble()->spread());
-    out.tensors["aux.ensemble.spread"] =
-        safetensors::Tensor::from<float>({batch.size}, std::vector<float>(sp.data(), sp.data() + sp.size()));
+  for (std::size_t i = 1; i < tr.terms().size(); ++i) {
+    const LossTerm& term = *tr.terms()[i];
+    const std::string prefix = "aux." + term.name() + ".";
+    float l = 0;
+    double n = 0;
+    Kokkos::deep_copy(l, term.loss());
+    Kokkos::deep_copy(n, term.norm());
+    out.tensors[prefix + "loss"] = safetensors::Tensor::from<float>({1}, {l});
+    out.tensors[prefix + "grad_norm"] = safetensors::Tensor::from<float>({1}, {static_cast<float>(n)});
+    for (const auto& [name, values] : term.sample_outputs()) {
+      auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), values);
+      out.tensors[prefix + name] = safetensors::Tensor::from<float>(
+          {static_cast<std::int64_t>(h.size())}, std::vector<float>(h.data(), h.data() + h.size()));
+    }
   }
   safetensors::write(cmd.out_path, out);
   log << "step: " << cmd.steps << " step(s) on " << batch.size << " samples (" << (tr.graph_recorded() ? "graph" : "direct")

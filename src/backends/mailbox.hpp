@@ -6,7 +6,10 @@
 #pragma once
 #include <atomic>
 #include <cstdint>
+#include <cstring>
 #include <optional>
+#include <string>
+#include <type_traits>
 #include <vector>
 
 #include "backends/backend.hpp"
@@ -38,6 +41,18 @@ struct MailboxPost {
     for (std::size_t i = 0; i < values.extent(0); ++i) payload(i) = values(i);
     system_fence();
     tags(1) = seq;
+  }
+};
+
+// `write`, then a post of what it wrote, in the same thread: a record costs a graph no node of
+// its own.
+template <class Exec, class Write>
+struct ThenPost {
+  Write write;
+  MailboxPost<Exec> post;
+  KOKKOS_INLINE_FUNCTION void operator()(const int i) const {
+    write(i);
+    post(i);
   }
 };
 
@@ -107,6 +122,54 @@ class Mailbox {
   DeviceScalar<std::int64_t> counter_;
   Kokkos::View<std::int64_t*, PinnedSpace> tags_;
   Kokkos::View<double*, PinnedSpace> payload_;
+};
+
+// A record type T — a struct of doubles, its fields named once in its declaration — that
+// kernels write in device memory as they would any struct and the host reads back as a T: the
+// same declaration encodes and decodes it, with no slot numbers anywhere.
+template <class T>
+class RecordBox {
+  static_assert(std::is_trivially_copyable<T>::value && sizeof(T) % sizeof(double) == 0 &&
+                    alignof(T) == alignof(double),
+                "RecordBox<T>: T must be a struct of doubles (fields posted as they are)");
+
+ public:
+  static constexpr int slots = static_cast<int>(sizeof(T) / sizeof(double));
+  struct Received {
+    std::int64_t seq = 0;  // 1 for the first post, then +1 per post
+    T value;
+  };
+
+  explicit RecordBox(const std::string& label) : value_(label), box_(slots) {}
+
+  // The record in device memory, for kernels to write.
+  Kokkos::View<T, MemSpace> device() const { return value_; }
+  void post(const ExecSpace& exec) const { box_.post(exec, doubles()); }
+  void post_every(const ExecSpace& exec, Kokkos::View<const std::int64_t, MemSpace> gate, std::int64_t every) const {
+    box_.post_every(exec, doubles(), gate, every);
+  }
+  // The post's functor, for a one-thread kernel that writes the record to post it in the same launch.
+  kernels::MailboxPost<ExecSpace> poster(Kokkos::View<const std::int64_t, MemSpace> gate = {},
+                                         std::int64_t every = 1) const {
+    return box_.poster(doubles(), gate, every);
+  }
+  // The newest complete record, or nothing before the first post arrives. Never waits.
+  std::optional<Received> read() const {
+    const auto rec = box_.read();
+    if (!rec) return std::nullopt;
+    Received r;
+    r.seq = rec->seq;
+    std::memcpy(static_cast<void*>(&r.value), rec->values.data(), sizeof(T));
+    return r;
+  }
+  // The record's bytes as doubles in device memory (checkpoints save and restore them as they are).
+  Kokkos::View<double*, MemSpace, Kokkos::MemoryUnmanaged> doubles() const {
+    return Kokkos::View<double*, MemSpace, Kokkos::MemoryUnmanaged>(reinterpret_cast<double*>(value_.data()), slots);
+  }
+
+ private:
+  Kokkos::View<T, MemSpace> value_;
+  Mailbox box_;
 };
 
 }  // namespace zs

@@ -68,6 +68,8 @@ void Config::validate() const {
   require(max_grad_norm > 0.f, "config: max_grad_norm = ", max_grad_norm,
           " is invalid; expected a positive number");
   require_in("tau", tau, 0.f, 1.f, "[0, 1]");
+  require(hard_update_every >= 0 && hard_update_every <= (1 << 30), "config: hard_update_every = ", hard_update_every,
+          " is invalid; expected 0 (Polyak averaging with tau) or a period N in [1, 2^30]");
   require_finite("spectral_norm", spectral_norm);
   require(spectral_norm >= 0.f, "config: spectral_norm = ", spectral_norm,
           " is invalid; expected false/0 (off) or a positive σ_max");
@@ -100,12 +102,12 @@ Config Config::from_json(const nlohmann::json& j) {
   static const std::set<std::string> known = {
       "state_dim", "trunk", "head_hidden", "branches", "atoms", "v_min", "v_max", "gamma",
       "n_step", "lr", "adam_beta1", "adam_beta2", "adam_eps", "max_grad_norm", "tau",
-      "spectral_norm", "seed", "precision", "iqn", "ensemble", "cql"};
+      "hard_update_every", "spectral_norm", "seed", "precision", "iqn", "ensemble", "cql"};
   for (auto it = j.begin(); it != j.end(); ++it)
     require(known.count(it.key()) == 1, "config: unknown key '", it.key(),
             "'; expected one of: state_dim, trunk, head_hidden, branches, atoms, v_min, v_max, "
             "gamma, n_step, lr, adam_beta1, adam_beta2, adam_eps, max_grad_norm, tau, "
-            "spectral_norm, seed, precision, iqn, ensemble, cql");
+            "hard_update_every, spectral_norm, seed, precision, iqn, ensemble, cql");
 
   Config c;
   auto get_int = [&](const char* key, int& out) {
@@ -146,6 +148,7 @@ Config Config::from_json(const nlohmann::json& j) {
   get_float("adam_eps", c.adam_eps);
   get_float("max_grad_norm", c.max_grad_norm);
   get_float("tau", c.tau);
+  get_int("hard_update_every", c.hard_update_every);
   if (j.contains("spectral_norm")) {
     const auto& v = j.at("spectral_norm");
     if (v.is_boolean()) {
@@ -237,6 +240,7 @@ nlohmann::json Config::to_json() const {
   j["adam_eps"] = adam_eps;
   j["max_grad_norm"] = max_grad_norm;
   j["tau"] = tau;
+  j["hard_update_every"] = hard_update_every;
   if (spectral_norm > 0.f) j["spectral_norm"] = spectral_norm;
   else j["spectral_norm"] = false;
   j["seed"] = seed;

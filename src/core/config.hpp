@@ -47,7 +47,8 @@ struct Config {
   float adam_beta2 = 0.999f;
   float adam_eps = 1e-8f;
   float max_grad_norm = 10.f;
-  float tau = 0.005f;
+  float tau = 0.005f;                 // Polyak rate of the target net, every step …
+  int hard_update_every = 0;          // … or, when N > 0, a copy of the online net every N updates
   float spectral_norm = 0.f;  // σ_max; 0 turns spectral normalisation off
   std::uint64_t seed = 0;
   Precision precision = Precision::tf32;

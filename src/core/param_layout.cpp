@@ -10,7 +10,7 @@ std::size_t TensorDesc::size() const {
   return n;
 }
 
-ParamLayout::ParamLayout(const Config& config) {
+ParamLayout::ParamLayout(const Config& config, const std::vector<LayerShape>& extra) {
   config.validate();
   std::size_t cursor = 0;
   auto place = [&](std::size_t n) {
@@ -40,23 +40,13 @@ ParamLayout::ParamLayout(const Config& config) {
     add(b + ".0", trunk_out, config.head_hidden);
     add(b + ".1", config.head_hidden, config.branches[k] * config.atoms);
   }
-  // Auxiliaries (issue 6) come after the network, so its names and offsets never move.
-  if (config.iqn.on) {
-    iqn_layer_ = static_cast<int>(layers_.size());
-    add("iqn.embed", config.iqn.embed_dim, trunk_out);
-    add("iqn.0", trunk_out, config.head_hidden);
-    add("iqn.1", config.head_hidden, config.total_actions());
-  }
-  for (int e = 0; e < config.ensemble.k; ++e) {
-    const std::string m = "ensemble." + std::to_string(e);
-    if (e == 0) ensemble_layer_ = static_cast<int>(layers_.size());
-    add(m + ".value.0", trunk_out, config.head_hidden);
-    add(m + ".value.1", config.head_hidden, config.atoms);
-    for (std::size_t k = 0; k < config.branches.size(); ++k) {
-      const std::string b = m + ".branch." + std::to_string(k);
-      add(b + ".0", trunk_out, config.head_hidden);
-      add(b + ".1", config.head_hidden, config.branches[k] * config.atoms);
-    }
+  // The loss terms' layers come after the network's, so its names and offsets never move.
+  for (const auto& l : extra) {
+    for (const auto& seen : layers_)
+      require(seen.name != l.name, "ParamLayout: layer '", l.name, "' is added twice; expected unique names");
+    require(l.in >= 1 && l.out >= 1, "ParamLayout: layer '", l.name, "' is ", l.out, " x ", l.in,
+            "; expected positive sizes");
+    add(l.name, l.in, l.out);
   }
   size_ = cursor;
   trunk_layers_ = static_cast<int>(config.trunk.size());
@@ -76,9 +66,11 @@ const TensorDesc& ParamLayout::tensor(const std::string& name) const {
        tensors_.size(), " tensors in this layout)");
 }
 
-const LayerDesc& ParamLayout::layer(const std::string& name) const {
-  for (const auto& l : layers_)
-    if (l.name == name) return l;
+const LayerDesc& ParamLayout::layer(const std::string& name) const { return layers_[layer_index(name)]; }
+
+int ParamLayout::layer_index(const std::string& name) const {
+  for (std::size_t i = 0; i < layers_.size(); ++i)
+    if (layers_[i].name == name) return static_cast<int>(i);
   fail("ParamLayout: no layer named '", name, "'; expected a name like 'trunk.0' or 'branch.1.0'");
 }
 

@@ -18,6 +18,12 @@ struct LayerDesc {
   std::size_t bias_offset = 0;
 };
 
+// A layer a loss term adds to the layout, after the network's own.
+struct LayerShape {
+  std::string name;  // e.g. "iqn.0", "ensemble.1.value.0"
+  int in = 0, out = 0;
+};
+
 // One named tensor of the buffer ("trunk.0.weight", "trunk.0.bias", ...).
 struct TensorDesc {
   std::string name;
@@ -31,11 +37,11 @@ class ParamLayout {
   // Every tensor starts on a 32-float (128-byte) boundary, for coalesced and vector access.
   static constexpr std::size_t kAlign = 32;
 
-  explicit ParamLayout(const Config& config);
+  // The network's layers, then `extra` in order (the loss terms' own layers: the loss registry's
+  // layout_for() lists them). Names must be unique.
+  explicit ParamLayout(const Config& config, const std::vector<LayerShape>& extra = {});
 
-  // Order: trunk.0..T-1, value.0, value.1, branch.0.0, branch.0.1, branch.1.0, ..., then the
-  // auxiliaries that are on: iqn.embed, iqn.0, iqn.1; ensemble.{e}.value.{0,1},
-  // ensemble.{e}.branch.{k}.{0,1} for e = 0..k−1.
+  // Order: trunk.0..T-1, value.0, value.1, branch.0.0, branch.0.1, branch.1.0, ..., then `extra`.
   const std::vector<LayerDesc>& layers() const { return layers_; }
   const std::vector<TensorDesc>& tensors() const { return tensors_; }
   // Floats in the buffer, padding included (padding is zero and stays zero).
@@ -45,22 +51,19 @@ class ParamLayout {
   // Throws zs::Error naming `name` when no tensor has it.
   const TensorDesc& tensor(const std::string& name) const;
   const LayerDesc& layer(const std::string& name) const;
+  // Index of layer `name` in layers(); throws zs::Error naming it when there is none.
+  int layer_index(const std::string& name) const;
 
   int trunk_layers() const { return trunk_layers_; }
   int branch_count() const { return branch_count_; }
   // Layers of one C51 head set (value.0, value.1, branch.k.0, branch.k.1, …): 2 + 2·branches.
   int head_set_layers() const { return 2 + 2 * branch_count_; }
-  // First layer of the IQN head (iqn.embed; iqn.0 and iqn.1 follow), −1 when IQN is off.
-  int iqn_layer() const { return iqn_layer_; }
-  // First layer of ensemble member e's head set, −1 when the ensemble is off.
-  int ensemble_layer(int e) const { return ensemble_layer_ < 0 ? -1 : ensemble_layer_ + e * head_set_layers(); }
 
  private:
   std::vector<LayerDesc> layers_;
   std::vector<TensorDesc> tensors_;
   std::size_t size_ = 0;
   int trunk_layers_ = 0, branch_count_ = 0;
-  int iqn_layer_ = -1, ensemble_layer_ = -1;
 };
 
 }  // namespace zs

@@ -61,6 +61,7 @@ struct AdamPolyakUpdate {
   Kokkos::View<const int, typename Exec::memory_space> skip;
   Kokkos::View<const float, typename Exec::memory_space> lr, grad_scale;
   float beta1, one_minus_beta1, beta2, one_minus_beta2, eps, tau, one_minus_tau;
+  bool polyak = true;  // false: the target is left alone (a hard update copies it every N steps)
 
   KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t item) const {
     if (skip() != 0) return;
@@ -88,7 +89,7 @@ struct AdamPolyakUpdate {
       // The target moves toward the freshly updated online value, as a separate pass after
       // Adam would. (1 − τ)·target + τ·online rather than target + τ·(online − target): exact
       // at both ends, τ = 0 keeps the target and τ = 1 copies the online value bit for bit.
-      target(i) = one_minus_tau * target(i) + tau * p;
+      if (polyak) target(i) = one_minus_tau * target(i) + tau * p;
     }
   }
 };
@@ -163,7 +164,30 @@ void adam_polyak_update(const Exec& exec, Kokkos::View<float*, typename Exec::me
       "zs::adam_polyak_update", detail::flat_policy(exec, n),
       AdamPolyakUpdate<Exec>{params, grads, m, v, target, state, skip, lr, grad_scale, hyper.beta1,
                              one_minus(hyper.beta1), hyper.beta2, one_minus(hyper.beta2), hyper.eps,
-                             tau, one_minus(tau)});
+                             tau, one_minus(tau), true});
+}
+
+// The same Adam step without a target update (the target then moves by hard_update).
+template <class Exec>
+void adam_update(const Exec& exec, Kokkos::View<float*, typename Exec::memory_space> params,
+                 Kokkos::View<const float*, typename Exec::memory_space> grads,
+                 Kokkos::View<float*, typename Exec::memory_space> m, Kokkos::View<float*, typename Exec::memory_space> v,
+                 Kokkos::View<const double*, typename Exec::memory_space> state,
+                 Kokkos::View<const int, typename Exec::memory_space> skip,
+                 Kokkos::View<const float, typename Exec::memory_space> lr,
+                 Kokkos::View<const float, typename Exec::memory_space> grad_scale, const AdamHyper& hyper) {
+  const std::size_t n = params.extent(0);
+  require(n > 0, "adam_update: the parameter buffer is empty (0 elements); expected at least 1");
+  require(grads.extent(0) == n && m.extent(0) == n && v.extent(0) == n, "adam_update: params has ", n,
+          " elements but grads has ", grads.extent(0), ", m has ", m.extent(0), " and v has ", v.extent(0),
+          "; expected all four to have ", n);
+  detail::check_adam_state("adam_update", state);
+  detail::check_adam_hyper("adam_update", hyper);
+  const auto one_minus = [](float b) { return static_cast<float>(1.0 - static_cast<double>(b)); };
+  Kokkos::parallel_for("zs::adam_update", detail::flat_policy(exec, n),
+                       AdamPolyakUpdate<Exec>{params, grads, m, v, Kokkos::View<float*, typename Exec::memory_space>(),
+                                              state, skip, lr, grad_scale, hyper.beta1, one_minus(hyper.beta1),
+                                              hyper.beta2, one_minus(hyper.beta2), hyper.eps, 0.f, 1.f, false});
 }
 
 }  // namespace zs::kernels

@@ -1,8 +1,8 @@
 // The gradient Adam applies when auxiliaries are on, in one pass: C51's gradient at its clip
 // scale plus each auxiliary's gradient clipped to its own budget,
 //   applied = s·g_c51 + Σ_b min(1, limit_b / (‖g_b‖ + 1e-6))·g_b,
-// the elementwise operations of scaled_copy followed by one clipped_saxpy per auxiliary, in that
-// order, without writing the partial sums out between them.
+// C51's term first, then the auxiliaries in the trainer's order, each product added to the sum
+// in that order.
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -10,10 +10,12 @@
 #include "backends/backend.hpp"
 #include "core/error.hpp"
 #include "kernels/grad_clip.hpp"
+#include "kernels/term_limits.hpp"
 
 namespace zs::kernels {
 
-inline constexpr int kMaxAuxiliaries = 3;
+// Every term but C51, whose gradient comes apart (it is scaled by adam_prepare's clip scale).
+inline constexpr int kMaxAuxiliaries = kMaxTerms - 1;
 
 struct BudgetTerm {
   const float* grad = nullptr;  // the auxiliary's whole-layout gradient

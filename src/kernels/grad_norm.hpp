@@ -11,6 +11,7 @@
 #include "backends/backend.hpp"
 #include "core/error.hpp"
 #include "kernels/last_team.hpp"
+#include "kernels/term_limits.hpp"
 
 namespace zs::kernels {
 
@@ -49,14 +50,13 @@ void global_grad_norm(const Exec& exec, Kokkos::View<const float*, typename Exec
 // (buffer, chunk) sums its chunk's squares; the team that finishes a buffer last
 // (finished_last) adds the chunks' partial sums in chunk order, so the result is the same every run. (Nsight: Kokkos'
 // array reduction kept each thread's four sums in shared memory, 2x slower than four launches.)
-inline constexpr int kMaxNorms = 4;
 
 template <class Exec>
 struct SumsOfSquaresSqrt {
   using MS = typename Exec::memory_space;
   using Member = typename Kokkos::TeamPolicy<Exec>::member_type;
-  Kokkos::View<const float*, MS> g[kMaxNorms];
-  Kokkos::View<double, MS> out[kMaxNorms];
+  Kokkos::View<const float*, MS> g[kMaxTerms];
+  Kokkos::View<double, MS> out[kMaxTerms];
   Kokkos::View<double*, MS> partials;  // [buffer][chunk]
   Kokkos::View<int*, MS> done;         // per buffer: chunks finished; the last resets it to 0
   std::int64_t n = 0;
@@ -109,8 +109,8 @@ GradNormsScratch<Exec> make_grad_norms_scratch(const Exec& exec) {
   GradNormsScratch<Exec> s;
   s.chunks = host ? std::max(1, exec.concurrency()) : 128;
   s.partials = Kokkos::View<double*, typename Exec::memory_space>(std::string("zs::grad_norms::partials"),
-                                                                  kMaxNorms * s.chunks);
-  s.done = Kokkos::View<int*, typename Exec::memory_space>(std::string("zs::grad_norms::done"), kMaxNorms);
+                                                                  kMaxTerms * s.chunks);
+  s.done = Kokkos::View<int*, typename Exec::memory_space>(std::string("zs::grad_norms::done"), kMaxTerms);
   return s;
 }
 
@@ -118,11 +118,11 @@ template <class Exec>
 void grad_norms(const Exec& exec, const std::vector<Kokkos::View<const float*, typename Exec::memory_space>>& grads,
                 const std::vector<Kokkos::View<double, typename Exec::memory_space>>& out,
                 const GradNormsScratch<Exec>& scratch) {
-  require(!grads.empty() && grads.size() <= static_cast<std::size_t>(kMaxNorms) && out.size() == grads.size(),
-          "grad_norms: ", grads.size(), " buffers and ", out.size(), " results; expected 1 to ", kMaxNorms,
+  require(!grads.empty() && grads.size() <= static_cast<std::size_t>(kMaxTerms) && out.size() == grads.size(),
+          "grad_norms: ", grads.size(), " buffers and ", out.size(), " results; expected 1 to ", kMaxTerms,
           " buffers with a result each");
-  require(scratch.chunks >= 1 && scratch.partials.extent(0) >= static_cast<std::size_t>(kMaxNorms * scratch.chunks) &&
-              scratch.done.extent(0) >= static_cast<std::size_t>(kMaxNorms),
+  require(scratch.chunks >= 1 && scratch.partials.extent(0) >= static_cast<std::size_t>(kMaxTerms * scratch.chunks) &&
+              scratch.done.extent(0) >= static_cast<std::size_t>(kMaxTerms),
           "grad_norms: scratch of ", scratch.partials.extent(0), " partials for ", scratch.chunks,
           " chunks; expected one from make_grad_norms_scratch");
   SumsOfSquaresSqrt<Exec> f;

@@ -1,6 +1,6 @@
-// Training guard (seed 003): NaN/Inf, loss-clip and grad-collapse predicates on the device, a
-// skip flag that Adam and the target update read, and running loss/grad-norm sums, all in one
-// single-thread launch per step; plus a boundary launch that snapshots and resets the sums.
+// The training guard on the device: NaN/Inf, loss-clip and grad-collapse predicates, a skip flag
+// that the optimizer reads, and running loss/grad-norm sums, all in one single-thread launch per
+// step; plus a boundary launch that snapshots and resets the sums.
 #pragma once
 #include <cmath>
 #include <cstdint>
@@ -9,71 +9,35 @@
 #include "core/error.hpp"
 #include "kernels/math.hpp"
 
-namespace zs {
+namespace zs::kernels {
 
-// Constants fixed for a run, so they are passed by value; lr is not (schedules change it).
-struct GuardConfig {
+// Thresholds fixed for a run, so passed by value; lr is not (schedules change it).
+struct GuardThresholds {
   double loss_clip = 1e6;            // halt_loss_clip when loss > loss_clip
-  double collapse_multiplier = 100;  // halt_grad_collapse when grad_norm < lr * multiplier
-  std::int64_t warmup_steps = 1000;  // ... and only from step index warmup_steps on
-  std::int64_t post_every = 1;       // post the record to the mailbox after every N-th check
-
-  // Throws zs::Error naming the first bad field, its value and what is expected.
-  void validate() const {
-    require(std::isfinite(loss_clip) && loss_clip > 0, "GuardConfig: loss_clip = ", loss_clip,
-            " is invalid; expected a finite number > 0");
-    require(std::isfinite(collapse_multiplier) && collapse_multiplier >= 0,
-            "GuardConfig: collapse_multiplier = ", collapse_multiplier,
-            " is invalid; expected a finite number >= 0 (0 turns the collapse check off)");
-    require(warmup_steps >= 0, "GuardConfig: warmup_steps = ", warmup_steps,
-            " is invalid; expected an integer >= 0");
-    require(post_every >= 1, "GuardConfig: post_every = ", post_every,
-            " is invalid; expected an integer >= 1");
-  }
+  double collapse_multiplier = 100;  // halt_grad_collapse when grad_norm < lr · multiplier …
+  std::int64_t warmup_steps = 1000;  // … and only from step index warmup_steps on
 };
 
-namespace kernels {
-
-// Slots of the guard record (doubles: a step index stays exact up to 2^53). Slot names are
-// enumerators, not constexpr ints: View::operator() takes indices by reference, and nvcc rejects
-// that use of a host variable in device code.
-namespace guard_record {
-enum : int {
-  halt_nan = 0,
-  halt_loss_clip = 1,
-  halt_grad_collapse = 2,
-  clipped_loss = 3,
-  raw_loss = 4,
-  raw_grad_norm = 5,
-  reserved = 6,
-  step = 7,
-  size = 8,
+// One step's verdict. Every record that crosses the mailbox is a struct of doubles like this one
+// (a step index stays exact up to 2^53): kernels write the fields, the host reads the same struct.
+struct GuardVerdict {
+  double halt_nan = 0, halt_loss_clip = 0, halt_grad_collapse = 0;
+  double clipped_loss = 0, raw_loss = 0, raw_grad_norm = 0;
+  double step = -1;  // the step index the verdict belongs to; −1: no check has run yet
 };
-}  // namespace guard_record
 
-// Running sums since the last boundary. Only clean (not skipped) steps enter the sums.
-namespace guard_totals {
-enum : int {
-  loss_sum = 0,
-  grad_norm_sum = 1,
-  steps = 2,
-  skipped = 3,
-  size = 4,
+// Sums over clean (not skipped) steps, and the count of skipped ones.
+struct GuardSums {
+  double loss_sum = 0, grad_norm_sum = 0, steps = 0, skipped = 0;
 };
-}  // namespace guard_totals
 
-// The totals as they were at the last boundary, and the step counter at that moment (the index
-// of the first step after the boundary). boundary_step < 0 means no boundary yet.
-namespace guard_snapshot {
-enum : int {
-  loss_sum = 0,
-  grad_norm_sum = 1,
-  steps = 2,
-  skipped = 3,
-  boundary_step = 4,
-  size = 5,
+// The whole device state of the guard, which is also its mailbox record.
+struct GuardState {
+  GuardVerdict verdict;
+  GuardSums running;          // since the last boundary
+  GuardSums snapshot;         // as they were at the last boundary
+  double boundary_step = -1;  // the step counter at that boundary; −1: no boundary yet
 };
-}  // namespace guard_snapshot
 
 template <class Exec>
 struct GuardCheck {
@@ -82,12 +46,9 @@ struct GuardCheck {
   Kokkos::View<const double, mem> grad_norm;
   Kokkos::View<const float, mem> lr;
   Kokkos::View<std::int64_t, mem> step;
-  Kokkos::View<double*, mem> record;
-  Kokkos::View<double*, mem> totals;
+  Kokkos::View<GuardState, mem> state;
   Kokkos::View<int, mem> skip;
-  double loss_clip;
-  double collapse_multiplier;
-  std::int64_t warmup_steps;
+  GuardThresholds limits;
 
   KOKKOS_INLINE_FUNCTION void operator()(const int) const {
     const double l = loss();
@@ -95,27 +56,27 @@ struct GuardCheck {
     const std::int64_t s = step();
     const bool finite = is_finite(l) && is_finite(g);
     // Each flag is its own predicate: +Inf loss sets halt_nan and halt_loss_clip both.
-    const bool clip = l > loss_clip;
+    const bool clip = l > limits.loss_clip;
     // A non-finite norm is halt_nan's business, never a collapse.
-    const bool collapse = finite && s >= warmup_steps && g < double(lr()) * collapse_multiplier;
+    const bool collapse = finite && s >= limits.warmup_steps && g < double(lr()) * limits.collapse_multiplier;
     const bool skipped = !finite || clip;
 
-    record(guard_record::halt_nan) = finite ? 0.0 : 1.0;
-    record(guard_record::halt_loss_clip) = clip ? 1.0 : 0.0;
-    record(guard_record::halt_grad_collapse) = collapse ? 1.0 : 0.0;
-    record(guard_record::clipped_loss) = clip ? loss_clip : l;
-    record(guard_record::raw_loss) = l;
-    record(guard_record::raw_grad_norm) = g;
-    record(guard_record::reserved) = 0.0;
-    record(guard_record::step) = double(s);
+    GuardState& st = state();
+    st.verdict.halt_nan = finite ? 0.0 : 1.0;
+    st.verdict.halt_loss_clip = clip ? 1.0 : 0.0;
+    st.verdict.halt_grad_collapse = collapse ? 1.0 : 0.0;
+    st.verdict.clipped_loss = clip ? limits.loss_clip : l;
+    st.verdict.raw_loss = l;
+    st.verdict.raw_grad_norm = g;
+    st.verdict.step = double(s);
     skip() = skipped ? 1 : 0;
 
     if (skipped) {
-      totals(guard_totals::skipped) += 1.0;
+      st.running.skipped += 1.0;
     } else {
-      totals(guard_totals::loss_sum) += l;
-      totals(guard_totals::grad_norm_sum) += g;
-      totals(guard_totals::steps) += 1.0;
+      st.running.loss_sum += l;
+      st.running.grad_norm_sum += g;
+      st.running.steps += 1.0;
     }
     step() = s + 1;
   }
@@ -125,16 +86,13 @@ template <class Exec>
 struct GuardBoundary {
   using mem = typename Exec::memory_space;
   Kokkos::View<const std::int64_t, mem> step;
-  Kokkos::View<double*, mem> totals;
-  Kokkos::View<double*, mem> snapshot;
+  Kokkos::View<GuardState, mem> state;
 
   KOKKOS_INLINE_FUNCTION void operator()(const int) const {
-    snapshot(guard_snapshot::loss_sum) = totals(guard_totals::loss_sum);
-    snapshot(guard_snapshot::grad_norm_sum) = totals(guard_totals::grad_norm_sum);
-    snapshot(guard_snapshot::steps) = totals(guard_totals::steps);
-    snapshot(guard_snapshot::skipped) = totals(guard_totals::skipped);
-    snapshot(guard_snapshot::boundary_step) = double(step());
-    for (int i = 0; i < guard_totals::size; ++i) totals(i) = 0.0;
+    GuardState& st = state();
+    st.snapshot = st.running;
+    st.boundary_step = double(step());
+    st.running = GuardSums{};
   }
 };
 
@@ -143,50 +101,28 @@ template <class View>
 void require_allocated(const View& v, const char* who, const char* name) {
   require(v.data() != nullptr, who, ": ", name, " is not allocated; expected a device view");
 }
-template <class View>
-void require_extent(const View& v, std::size_t expected, const char* who, const char* name) {
-  require(v.extent(0) == expected, who, ": ", name, " has ", v.extent(0), " slots; expected ",
-          expected);
-}
 }  // namespace guard_detail
 
 // The check's functor, its arguments validated: reads loss, grad_norm, lr and the step counter,
-// writes record [guard_record::size], skip (1 = skip this update) and adds to totals
-// [guard_totals::size]; the step counter then counts up by one.
+// writes the verdict, skip (1 = skip this update) and the running sums; the step counter then
+// counts up by one.
 template <class Exec>
 GuardCheck<Exec> make_guard_check(Kokkos::View<const float, typename Exec::memory_space> loss,
                                   Kokkos::View<const double, typename Exec::memory_space> grad_norm,
                                   Kokkos::View<const float, typename Exec::memory_space> lr,
                                   Kokkos::View<std::int64_t, typename Exec::memory_space> step,
-                                  Kokkos::View<double*, typename Exec::memory_space> record,
-                                  Kokkos::View<double*, typename Exec::memory_space> totals,
+                                  Kokkos::View<GuardState, typename Exec::memory_space> state,
                                   Kokkos::View<int, typename Exec::memory_space> skip,
-                                  const GuardConfig& config) {
+                                  const GuardThresholds& limits) {
   constexpr const char* who = "guard_check";
-  config.validate();
   guard_detail::require_allocated(loss, who, "loss");
   guard_detail::require_allocated(grad_norm, who, "grad_norm");
   guard_detail::require_allocated(lr, who, "lr");
   guard_detail::require_allocated(step, who, "step");
+  guard_detail::require_allocated(state, who, "state");
   guard_detail::require_allocated(skip, who, "skip");
-  guard_detail::require_extent(record, guard_record::size, who, "record");
-  guard_detail::require_extent(totals, guard_totals::size, who, "totals");
-  return GuardCheck<Exec>{loss,           grad_norm, lr, step, record, totals, skip, config.loss_clip,
-                          config.collapse_multiplier, config.warmup_steps};
+  return GuardCheck<Exec>{loss, grad_norm, lr, step, state, skip, limits};
 }
-
-// The check, then `After` in the same thread: a post of the record it just wrote costs a step
-// graph no node of its own.
-template <class Exec, class After>
-struct GuardCheckThen {
-  GuardCheck<Exec> check;
-  After after;
-
-  KOKKOS_INLINE_FUNCTION void operator()(const int i) const {
-    check(i);
-    after(i);
-  }
-};
 
 // Enqueues one guard check (make_guard_check) on `exec`. No fence.
 template <class Exec>
@@ -194,26 +130,22 @@ void guard_check(const Exec& exec, Kokkos::View<const float, typename Exec::memo
                  Kokkos::View<const double, typename Exec::memory_space> grad_norm,
                  Kokkos::View<const float, typename Exec::memory_space> lr,
                  Kokkos::View<std::int64_t, typename Exec::memory_space> step,
-                 Kokkos::View<double*, typename Exec::memory_space> record,
-                 Kokkos::View<double*, typename Exec::memory_space> totals,
-                 Kokkos::View<int, typename Exec::memory_space> skip, const GuardConfig& config) {
+                 Kokkos::View<GuardState, typename Exec::memory_space> state,
+                 Kokkos::View<int, typename Exec::memory_space> skip, const GuardThresholds& limits) {
   Kokkos::parallel_for("zs::guard_check", Kokkos::RangePolicy<Exec>(exec, 0, 1),
-                       make_guard_check<Exec>(loss, grad_norm, lr, step, record, totals, skip, config));
+                       make_guard_check<Exec>(loss, grad_norm, lr, step, state, skip, limits));
 }
 
-// Enqueues the boundary on `exec`: copies totals and the step counter into snapshot
-// [guard_snapshot::size], then zeroes totals. No fence.
+// Enqueues the boundary on `exec`: the running sums and the step counter into the snapshot, then
+// the running sums to zero. No fence.
 template <class Exec>
 void guard_boundary(const Exec& exec, Kokkos::View<const std::int64_t, typename Exec::memory_space> step,
-                    Kokkos::View<double*, typename Exec::memory_space> totals,
-                    Kokkos::View<double*, typename Exec::memory_space> snapshot) {
+                    Kokkos::View<GuardState, typename Exec::memory_space> state) {
   constexpr const char* who = "guard_boundary";
   guard_detail::require_allocated(step, who, "step");
-  guard_detail::require_extent(totals, guard_totals::size, who, "totals");
-  guard_detail::require_extent(snapshot, guard_snapshot::size, who, "snapshot");
+  guard_detail::require_allocated(state, who, "state");
   Kokkos::parallel_for("zs::guard_boundary", Kokkos::RangePolicy<Exec>(exec, 0, 1),
-                       GuardBoundary<Exec>{step, totals, snapshot});
+                       GuardBoundary<Exec>{step, state});
 }
 
-}  // namespace kernels
-}  // namespace zs
+}  // namespace zs::kernels

@@ -4,29 +4,28 @@
 
 namespace zs {
 
-CqlRegulariser::CqlRegulariser(const Config& c, const ParamLayout& layout, int B)
-    : config_(c), out_(c, layout, B, "cql") {}
+CqlTerm::CqlTerm(const StepContext& ctx, float budget)
+    : LossTerm("cql", budget, ctx.layout), ctx_(ctx), g_(ctx.config, ctx.batch.size) {
+  backward_ = std::make_unique<BackwardPlan>(ctx.net, ctx.online, ctx.batch.states(), ctx.online_acts, g_, grad());
+}
 
-void CqlRegulariser::enqueue(const ExecSpace& exec, const Gemm& gemm, const Network& net, const ParamBuffer& params,
-                             const Activations& online, const DeviceBatch& batch) {
-  const Config& c = config_;
-  const int B = batch.size;
+void CqlTerm::enqueue(const ExecSpace& exec, const Gemm& gemm) {
+  const Config& c = ctx_.config;
+  const int B = ctx_.batch.size;
   kernels::CqlLoss<ExecSpace> f;
-  f.logp = online.logp;
-  f.actions = batch.actions;
-  f.d_value = as_matrix(out_.g.d_value_out, B, c.atoms);
-  f.d_branch_out = Kokkos::View<float*, MemSpace, Kokkos::MemoryUnmanaged>(out_.g.d_branch_out.data(),
-                                                                          out_.g.d_branch_out.extent(0));
-  f.table = net.table();
+  f.logp = ctx_.online_acts.logp;
+  f.actions = ctx_.batch.actions;
+  f.d_value = as_matrix(g_.d_value_out, B, c.atoms);
+  f.d_branch_out =
+      Kokkos::View<float*, MemSpace, Kokkos::MemoryUnmanaged>(g_.d_branch_out.data(), g_.d_branch_out.extent(0));
+  f.table = ctx_.net.table();
   f.v_min = c.v_min;
   f.delta = (c.v_max - c.v_min) / static_cast<float>(c.atoms - 1);
   f.alpha = c.cql.alpha;
   f.batch = B;
   f.widest = 0;
   for (int n : c.branches) f.widest = n > f.widest ? n : f.widest;
-  kernels::cql_loss(exec, f, out_.loss);
-  if (planned_for_.changed({&params, &online, &batch}))
-    backward_ = std::make_unique<BackwardPlan>(net, params, batch.states(), online, out_.g, out_.grad);
+  kernels::cql_loss(exec, f, loss());
   backward_->enqueue(exec, gemm);
 }
 

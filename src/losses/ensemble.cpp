@@ -1,59 +1,57 @@
 #include "losses/ensemble.hpp"
 
+#include <string>
+
 #include "kernels/ensemble_loss.hpp"
 
 namespace zs {
 
-EnsembleHeads::EnsembleHeads(const Config& c, const ParamLayout& layout, int B)
-    : config_(c),
-      out_(c, layout, B, "ensemble"),
-      logp_("zs::ensemble::logp", c.ensemble.k, B, c.total_actions(), c.atoms),
-      d_value_("zs::ensemble::d_value", c.ensemble.k, B, c.atoms),
-      d_branch_("zs::ensemble::d_branch_out", c.ensemble.k, std::size_t(B) * c.total_actions() * c.atoms),
-      spread_("zs::ensemble::spread", B),
+EnsembleTerm::EnsembleTerm(const StepContext& ctx, float budget)
+    : LossTerm("ensemble", budget, ctx.layout),
+      ctx_(ctx),
+      g_(ctx.config, ctx.batch.size),
+      logp_("zs::ensemble::logp", ctx.config.ensemble.k, ctx.batch.size, ctx.config.total_actions(), ctx.config.atoms),
+      d_value_("zs::ensemble::d_value", ctx.config.ensemble.k, ctx.batch.size, ctx.config.atoms),
+      d_branch_("zs::ensemble::d_branch_out", ctx.config.ensemble.k,
+                std::size_t(ctx.batch.size) * ctx.config.total_actions() * ctx.config.atoms),
+      spread_("zs::ensemble::spread", ctx.batch.size),
       spread_mean_("zs::ensemble::spread_mean") {
-  require(c.ensemble.k >= 1, "EnsembleHeads: k = ", c.ensemble.k, "; expected at least 1");
+  const Config& c = ctx.config;
+  const int B = ctx.batch.size, F = c.trunk.back(), T = static_cast<int>(c.trunk.size());
+  require(c.ensemble.k >= 1, "ensemble: k = ", c.ensemble.k, "; expected at least 1");
   const std::size_t A = c.total_actions(), J = c.atoms;
+  std::vector<std::pair<HeadSet, HeadActs>> sets;
+  std::vector<HeadSetGrads> grads;
   for (int e = 0; e < c.ensemble.k; ++e) {
     heads_.emplace_back(c, B, LogProbs(logp_.data() + std::size_t(e) * B * A * J, B, A, J));
-    Gradients m = out_.g;
-    m.d_value_out = DeviceFloats(d_value_.data() + std::size_t(e) * B * J, std::size_t(B) * J);
-    m.d_branch_out = DeviceFloats(d_branch_.data() + std::size_t(e) * B * A * J, std::size_t(B) * A * J);
-    member_g_.push_back(m);
+    const std::string m = "ensemble." + std::to_string(e);
+    const HeadSet set{ctx.layout.layer_index(m + ".value.0"), ctx.layout.layer_index(m + ".branch.0.0")};
+    sets.emplace_back(set, heads_[e]);
+    grads.push_back({set, heads_[e], d_value_.data() + std::size_t(e) * B * J, d_branch_.data() + std::size_t(e) * B * A * J});
   }
+  const ConstMatrixView features(ctx.online_acts.trunk[T - 1].data(), B, F);
+  forward_ = std::make_unique<ForwardPlan>(ctx.net, ctx.online, features, sets);
+  backward_ = std::make_unique<BackwardPlan>(ctx.net, ctx.online, ctx.batch.states(), ctx.online_acts, grads, g_, grad());
 }
 
-void EnsembleHeads::enqueue(const ExecSpace& exec, const Gemm& gemm, const Network& net, const ParamBuffer& params,
-                            const Activations& online, const DeviceBatch& batch, const LossOutputs& c51) {
-  const Config& c = config_;
-  const int B = batch.size, F = c.trunk.back(), T = static_cast<int>(c.trunk.size());
-  const ConstMatrixView features(online.trunk[T - 1].data(), B, F);
-  if (planned_for_.changed({&params, &online, &batch})) {
-    std::vector<std::pair<HeadSet, HeadActs>> sets;
-    std::vector<HeadSetGrads> grads;
-    for (int e = 0; e < members(); ++e) {
-      sets.emplace_back(net.ensemble_heads(e), heads_[e]);
-      grads.push_back({net.ensemble_heads(e), heads_[e], member_g_[e].d_value_out.data(), member_g_[e].d_branch_out.data()});
-    }
-    forward_ = std::make_unique<ForwardPlan>(net, params, features, sets);
-    backward_ = std::make_unique<BackwardPlan>(net, params, batch.states(), online, grads, out_.g, out_.grad);
-  }
+void EnsembleTerm::enqueue(const ExecSpace& exec, const Gemm& gemm) {
+  const Config& c = ctx_.config;
   forward_->enqueue(exec, gemm);
   kernels::EnsembleLoss<ExecSpace> f;
   f.logp = logp_;
-  f.projected = c51.projected;
-  f.actions = batch.actions;
-  f.weights = batch.weights;
+  f.projected = ctx_.c51.projected;
+  f.actions = ctx_.batch.actions;
+  f.weights = ctx_.batch.weights;
   f.d_value = d_value_;
   f.d_branch_out = d_branch_;
-  f.table = net.table();
-  kernels::ensemble_loss(exec, f, out_.loss);
+  f.table = ctx_.net.table();
+  kernels::ensemble_loss(exec, f, loss());
   kernels::EnsembleSpread<ExecSpace> s;
-  s.main_logp = online.logp;
+  s.main_logp = ctx_.online_acts.logp;
   s.logp = logp_;
-  s.actions = batch.actions;
+  s.actions = ctx_.batch.actions;
   s.spread = spread_;
-  s.table = net.table();
+  s.table = ctx_.net.table();
   s.v_min = c.v_min;
   s.delta = (c.v_max - c.v_min) / static_cast<float>(c.atoms - 1);
   kernels::ensemble_spread(exec, s, spread_mean_);

@@ -1,5 +1,6 @@
 #include "losses/iqn.hpp"
 
+#include <cmath>
 #include <tuple>
 
 #include "kernels/dense.hpp"
@@ -14,80 +15,88 @@ kernels::ConstVec<ExecSpace> as_const(const ParamBuffer::Vector& v) {
 }
 // Fixed per run; mixed into the seed so τ never correlates with parameter init or acting.
 constexpr std::uint64_t kIqnSeedSalt = 0x1a0c0ffee1a0ull;
+constexpr const char* kCounterTensor = "iqn.counter";
 }  // namespace
 
-IqnHead::IqnHead(const Config& c, const ParamLayout& layout, int B)
-    : config_(c),
-      B_(B),
-      N_(c.iqn.n_tau),
-      E_(c.iqn.embed_dim),
-      F_(c.trunk.back()),
-      H_(c.head_hidden),
-      A_(c.total_actions()),
-      layer_(layout.iqn_layer()),
-      seed_(c.seed ^ kIqnSeedSalt),
-      out_(c, layout, B, "iqn"),
+IqnTerm::IqnTerm(const StepContext& ctx, float budget)
+    : LossTerm("iqn", budget, ctx.layout),
+      ctx_(ctx),
+      B_(ctx.batch.size),
+      N_(ctx.config.iqn.n_tau),
+      E_(ctx.config.iqn.embed_dim),
+      F_(ctx.config.trunk.back()),
+      H_(ctx.config.head_hidden),
+      A_(ctx.config.total_actions()),
+      layer_(ctx.layout.layer_index("iqn.embed")),
+      seed_(ctx.config.seed ^ kIqnSeedSalt),
+      g_(ctx.config, ctx.batch.size),
       counter_("zs::iqn::counter"),
-      tau_("zs::iqn::tau", 2 * std::size_t(B) * c.iqn.n_tau),
-      cos_("zs::iqn::cos", 2 * std::size_t(B) * c.iqn.n_tau, c.iqn.embed_dim) {
-  require(layer_ >= 0, "IqnHead: the layout has no IQN layers; expected a config with iqn on");
-  const std::size_t R = std::size_t(B) * N_;
+      tau_("zs::iqn::tau", 2 * std::size_t(B_) * N_),
+      cos_("zs::iqn::cos", 2 * std::size_t(B_) * N_, E_) {
+  const std::size_t R = std::size_t(B_) * N_;
   for (Side* s : {&online_, &target_}) {
     s->phi = DeviceFloats("zs::iqn::phi", R * F_);
     s->h = DeviceFloats("zs::iqn::h", R * F_);
     s->hidden = DeviceFloats("zs::iqn::hidden", R * H_);
     s->out = DeviceFloats("zs::iqn::out", R * A_);
   }
-  out_online_ = online_.out;
   d_out_ = DeviceFloats("zs::iqn::d_out", R * A_);
   d_hidden_ = DeviceFloats("zs::iqn::d_hidden", R * H_);
   d_h_ = DeviceFloats("zs::iqn::d_h", R * F_);
   d_phi_ = DeviceFloats("zs::iqn::d_phi", R * F_);
-}
 
-void IqnHead::reset_counter() { Kokkos::deep_copy(counter_, std::uint64_t(0)); }
-
-void IqnHead::plan(const Network& net, const ParamBuffer& on, const ParamBuffer& tg, const Activations& online,
-                   const DeviceBatch& batch) {
-  const int R = B_ * N_;
+  const int r = static_cast<int>(R);
+  const ParamBuffer &on = ctx.online, &tg = ctx.target;
   const float* cos_online = cos_.data();
-  const float* cos_target = cos_.data() + std::size_t(R) * E_;
-  embed_ = GemmBatch(Trans::N, Trans::T, R, F_, E_, 1.f, 0.f,
+  const float* cos_target = cos_.data() + R * E_;
+  embed_ = GemmBatch(Trans::N, Trans::T, r, F_, E_, 1.f, 0.f,
                      {{cos_online, on.weight(layer_).data(), online_.phi.data()},
                       {cos_target, tg.weight(layer_).data(), target_.phi.data()}});
-  hidden_ = GemmBatch(Trans::N, Trans::T, R, H_, F_, 1.f, 0.f,
+  hidden_ = GemmBatch(Trans::N, Trans::T, r, H_, F_, 1.f, 0.f,
                       {{online_.h.data(), on.weight(layer_ + 1).data(), online_.hidden.data()},
                        {target_.h.data(), tg.weight(layer_ + 1).data(), target_.hidden.data()}});
   hidden_bias_ = kernels::BiasActLaunch<ExecSpace>({{online_.hidden.data(), on.bias(layer_ + 1).data(), H_, 1},
                                                     {target_.hidden.data(), tg.bias(layer_ + 1).data(), H_, 1}},
-                                                   R);
-  quantiles_ = GemmBatch(Trans::N, Trans::T, R, A_, H_, 1.f, 0.f,
+                                                   r);
+  quantiles_ = GemmBatch(Trans::N, Trans::T, r, A_, H_, 1.f, 0.f,
                          {{online_.hidden.data(), on.weight(layer_ + 2).data(), online_.out.data()},
                           {target_.hidden.data(), tg.weight(layer_ + 2).data(), target_.out.data()}});
   quantile_bias_ = kernels::BiasActLaunch<ExecSpace>({{online_.out.data(), on.bias(layer_ + 2).data(), A_, 0},
                                                       {target_.out.data(), tg.bias(layer_ + 2).data(), A_, 0}},
-                                                     R);
-  const ParamBuffer& g = out_.grad;
+                                                     r);
+  const ParamBuffer& g = grad();
   head_sums_ = kernels::ColumnSumLaunch<ExecSpace>(
       {{d_out_.data(), 0, 1, nullptr, nullptr, g.bias(layer_ + 2).data(), A_},
        {d_hidden_.data(), 0, 1, online_.hidden.data(), d_hidden_.data(), g.bias(layer_ + 1).data(), H_}},
-      R);
-  embed_sums_ = kernels::ColumnSumLaunch<ExecSpace>({{d_phi_.data(), 0, 1, nullptr, nullptr, g.bias(layer_).data(), F_}}, R);
-  trunk_ = std::make_unique<BackwardPlan>(net, on, batch.states(), online, std::vector<HeadSetGrads>{}, out_.g, g);
+      r);
+  embed_sums_ = kernels::ColumnSumLaunch<ExecSpace>({{d_phi_.data(), 0, 1, nullptr, nullptr, g.bias(layer_).data(), F_}}, r);
+  trunk_ = std::make_unique<BackwardPlan>(ctx.net, on, ctx.batch.states(), ctx.online_acts,
+                                          std::vector<HeadSetGrads>{}, g_, g);
 }
 
-void IqnHead::enqueue(const ExecSpace& exec, const Gemm& gemm, const Network& net, const ParamBuffer& online_params,
-                      const ParamBuffer& target_params, const Activations& online, const Activations& target,
-                      const DeviceBatch& batch, const LossOutputs& c51) {
-  const Config& c = config_;
+void IqnTerm::reset() { Kokkos::deep_copy(counter_, std::uint64_t(0)); }
+
+void IqnTerm::save_state(safetensors::File& f) const {
+  std::uint64_t c = 0;
+  Kokkos::deep_copy(c, counter_);
+  f.tensors[kCounterTensor] = safetensors::Tensor::from<std::int64_t>({1}, {static_cast<std::int64_t>(c)});
+}
+
+void IqnTerm::check_state(const safetensors::File& f) const { f.i64(kCounterTensor, {1}); }
+
+void IqnTerm::load_state(const safetensors::File& f) {
+  Kokkos::deep_copy(counter_, static_cast<std::uint64_t>(f.i64(kCounterTensor, {1})[0]));
+}
+
+void IqnTerm::enqueue(const ExecSpace& exec, const Gemm& gemm) {
+  const Config& c = ctx_.config;
+  const DeviceBatch& batch = ctx_.batch;
+  const ParamBuffer &online_params = ctx_.online, &target_params = ctx_.target;
   const int R = B_ * N_, T = static_cast<int>(c.trunk.size());
-  require(batch.size == B_, "IqnHead: batch of ", batch.size, "; this head was built for ", B_);
-  if (planned_for_.changed({&online_params, &target_params, &online, &batch}))
-    plan(net, online_params, target_params, online, batch);
   kernels::iqn_sample(exec, counter_, tau_, cos_, seed_, R);
   const ConstMatrixView cos_online(cos_.data(), R, E_);
-  const ConstMatrixView features(online.trunk[T - 1].data(), B_, F_);
-  const ConstMatrixView next_features(target.trunk[T - 1].data(), B_, F_);
+  const ConstMatrixView features(ctx_.online_acts.trunk[T - 1].data(), B_, F_);
+  const ConstMatrixView next_features(ctx_.target_acts.trunk[T - 1].data(), B_, F_);
   gemm(embed_);
   for (auto [side, f, p] : {std::make_tuple(&online_, features, &online_params),
                             std::make_tuple(&target_, next_features, &target_params)})
@@ -103,21 +112,21 @@ void IqnHead::enqueue(const ExecSpace& exec, const Gemm& gemm, const Network& ne
   f.target_quantiles = ConstMatrixView(target_.out.data(), R, A_);
   f.tau = tau_;
   f.actions = batch.actions;
-  f.best = c51.best;
+  f.best = ctx_.c51.best;
   f.rewards = batch.rewards;
   f.dones = batch.dones;
   f.weights = batch.weights;
   const MatrixView d_out = as_matrix(d_out_, R, A_);
   f.d_quantiles = d_out;
-  f.cum = net.table().cum;
+  f.cum = ctx_.net.table().cum;
   f.gamma_n = static_cast<float>(std::pow(double(c.gamma), c.n_step));
   f.kappa = c.iqn.kappa;
   f.n_tau = N_;
   f.n_tau_target = N_;
-  kernels::iqn_loss(exec, f, out_.loss);
+  kernels::iqn_loss(exec, f, loss());
 
   // Backward: iqn.1, iqn.0, the modulation, iqn.embed; then the trunk from ∂loss/∂features.
-  const ParamBuffer& g = out_.grad;
+  const ParamBuffer& g = grad();
   const ParamBuffer& p = online_params;
   const ConstMatrixView hidden(online_.hidden.data(), R, H_), h(online_.h.data(), R, F_), phi(online_.phi.data(), R, F_);
   gemm(Trans::T, Trans::N, 1.f, as_const(d_out), hidden, 0.f, g.weight(layer_ + 2));
@@ -128,7 +137,7 @@ void IqnHead::enqueue(const ExecSpace& exec, const Gemm& gemm, const Network& ne
   const MatrixView d_h = as_matrix(d_h_, R, F_), d_phi = as_matrix(d_phi_, R, F_);
   gemm(Trans::N, Trans::N, 1.f, as_const(dh), as_const(p.weight(layer_ + 1)), 0.f, d_h);
   kernels::iqn_modulate_backward<ExecSpace>(
-      exec, {as_const(d_h), phi, features, d_phi, as_matrix(out_.g.d_trunk[T - 1], B_, F_), N_});
+      exec, {as_const(d_h), phi, features, d_phi, as_matrix(g_.d_trunk[T - 1], B_, F_), N_});
   gemm(Trans::T, Trans::N, 1.f, as_const(d_phi), cos_online, 0.f, g.weight(layer_));
   embed_sums_(exec);
   trunk_->enqueue(exec, gemm);

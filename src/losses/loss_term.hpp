@@ -1,24 +1,86 @@
-// What every auxiliary loss of issue 6 (IQN head, ensemble heads, CQL) leaves for the step: its
-// own gradient over the whole flat layout (zero outside the trunk and its own tensors) and its
-// loss, all on the device. The trainer computes every gradient's norm in one launch and adds
-// the gradient into the step's, clipped to the auxiliary's budget (kernels/budget_sum.hpp).
+// One loss of the training step behind one interface. C51 and every auxiliary (IQN, the
+// ensemble, CQL) are loss terms: each owns its launch plans, its gradient over the whole
+// parameter layout, its share of max_grad_norm and what it reports. The trainer only loops over
+// its terms: their gradient norms come from one launch, each gradient is clipped to its share and
+// the clipped gradients are summed in one pass, and the metrics record lists every term.
 #pragma once
+#include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
+#include "backends/gemm.hpp"
+#include "core/config.hpp"
+#include "core/safetensors.hpp"
+#include "nn/batch.hpp"
 #include "nn/network.hpp"
+#include "nn/param_buffer.hpp"
 
 namespace zs {
 
-struct AuxOutputs {
-  ParamBuffer grad;            // ∂(auxiliary loss)/∂params, whole layout
-  Gradients g;                 // backward scratch for B rows
-  DeviceScalar<float> loss;
-  DeviceScalar<double> norm;   // ‖grad‖₂, written by the trainer's norm phase (kernels::grad_norms)
-  AuxOutputs(const Config& c, const ParamLayout& layout, int batch_size, const std::string& name)
-      : grad(layout, "zs::" + name + "::grad"),
-        g(c, batch_size),
-        loss("zs::" + name + "::loss"),
-        norm("zs::" + name + "::norm") {}
+// What the main loss leaves for the replay buffer and for the terms after it.
+struct C51Outputs {
+  DeviceScalar<float> loss;                                              // weighted mean loss
+  Kokkos::View<float*, MemSpace> priorities;                             // [B] per-sample loss L_i
+  Kokkos::View<float***, Kokkos::LayoutRight, MemSpace> projected;       // [B, K, atoms] target m
+  Kokkos::View<int**, Kokkos::LayoutRight, MemSpace> best;               // [B, K] double-DQN a*
+  C51Outputs(const Config& c, int batch_size);
+};
+
+// Everything a term reads, made once by the trainer before its terms. Every buffer named here
+// outlives the terms and never moves, so a term makes its launch plans once, at construction.
+struct StepContext {
+  const Config& config;
+  const ParamLayout& layout;
+  const Network& net;
+  const ParamBuffer& online;
+  const ParamBuffer& target;
+  const DeviceBatch& batch;
+  const Activations& online_acts;  // the online net on s, then s′ (2B rows)
+  const Activations& target_acts;  // the target net on s′ (B rows)
+  C51Outputs& c51;                 // written by the C51 term, which runs first; read by the others
+};
+
+class LossTerm {
+ public:
+  // `loss` is the device scalar the term writes its loss to (allocated when empty).
+  LossTerm(std::string name, float budget, const ParamLayout& layout, DeviceScalar<float> loss = {});
+  virtual ~LossTerm() = default;
+  LossTerm(const LossTerm&) = delete;
+  LossTerm& operator=(const LossTerm&) = delete;
+
+  const std::string& name() const { return name_; }
+  // This term's share of max_grad_norm: its gradient is clipped to budget() · max_grad_norm.
+  float budget() const { return budget_; }
+  // ∂loss/∂params over the whole layout; zero outside what the term touches.
+  const ParamBuffer& grad() const { return grad_; }
+  DeviceScalar<float> loss() const { return loss_; }
+  // ‖grad()‖₂, written by the trainer's norm launch.
+  DeviceScalar<double> norm() const { return norm_; }
+
+  // Enqueues the term's loss and its gradient into grad() on `exec`: no allocation, no sync.
+  virtual void enqueue(const ExecSpace& exec, const Gemm& gemm) = 0;
+  // One statistic of the term's own for the metrics record (name, device scalar), if it has one.
+  virtual std::pair<std::string, DeviceScalar<float>> statistic() const { return {}; }
+  // Per-sample outputs worth writing out (`zerosync step`): name → [B] device values.
+  virtual std::vector<std::pair<std::string, Kokkos::View<const float*, MemSpace>>> sample_outputs() const {
+    return {};
+  }
+  // Device state a run must carry across a checkpoint (e.g. an RNG counter), as named tensors.
+  // A load checks every term's tensors (check_state, which throws on a missing or bad one)
+  // before any term writes its device state (load_state), so a bad file changes nothing.
+  virtual void save_state(safetensors::File&) const {}
+  virtual void check_state(const safetensors::File&) const {}
+  virtual void load_state(const safetensors::File&) {}
+  // Back to the state of a fresh run (blocking: set-up only).
+  virtual void reset() {}
+
+ private:
+  std::string name_;
+  float budget_;
+  ParamBuffer grad_;
+  DeviceScalar<float> loss_;
+  DeviceScalar<double> norm_;
 };
 
 }  // namespace zs

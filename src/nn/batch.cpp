@@ -4,8 +4,6 @@
 #include <cmath>
 #include <random>
 
-#include "kernels/c51_loss.hpp"
-
 namespace zs {
 
 DeviceBatch::DeviceBatch(const Config& c, int B)
@@ -67,35 +65,6 @@ void upload(const ExecSpace& exec, const Config& c, const HostBatch& h, DeviceBa
   copy1(dev.dones, h.dones);
   copy1(dev.weights, h.weights);
   exec.fence();  // the host mirrors die here
-}
-
-LossOutputs::LossOutputs(const Config& c, int B)
-    : loss("zs::loss"),
-      priorities("zs::loss::priorities", B),
-      projected("zs::loss::projected", B, c.branches.size(), c.atoms),
-      best("zs::loss::best", B, c.branches.size()) {}
-
-void c51_loss(const ExecSpace& exec, const Network& net, const Activations& online, const Activations& target,
-              const DeviceBatch& batch, LossOutputs& out, Gradients& g) {
-  const Config& c = net.config();
-  const int B = batch.size;
-  require(online.rows == 2 * B && target.rows == B && g.rows == B, "c51_loss: activation rows online ", online.rows,
-          ", target ", target.rows, ", gradient ", g.rows, "; expected ", 2 * B, ", ", B, ", ", B);
-  kernels::C51Loss<ExecSpace> f;
-  f.logp_online = online.logp;
-  f.logp_target = target.logp;
-  f.actions = batch.actions;
-  f.rewards = batch.rewards;
-  f.dones = batch.dones;
-  f.weights = batch.weights;
-  f.priorities = out.priorities;
-  f.projected = out.projected;
-  f.best = out.best;
-  f.d_value = as_matrix(g.d_value_out, B, c.atoms);
-  f.d_branch_out = Kokkos::View<float*, MemSpace, Kokkos::MemoryUnmanaged>(g.d_branch_out.data(), g.d_branch_out.extent(0));
-  f.table = net.table();
-  f.sup = kernels::Support{c.v_min, c.v_max, static_cast<float>(std::pow(double(c.gamma), c.n_step)), c.atoms};
-  kernels::c51_loss(exec, f, out.loss);
 }
 
 }  // namespace zs

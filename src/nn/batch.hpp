@@ -41,19 +41,4 @@ HostBatch random_batch(const Config& c, int batch_size, std::uint64_t seed);
 // purpose — catching those is the guard's job, and it skips the update on the device.
 void upload(const ExecSpace& exec, const Config& c, const HostBatch& host, DeviceBatch& dev);
 
-// What the loss leaves for the host and the replay buffer.
-struct LossOutputs {
-  Kokkos::View<float, MemSpace> loss;                                    // weighted mean loss
-  Kokkos::View<float*, MemSpace> priorities;                             // [B] per-sample loss L_i
-  Kokkos::View<float***, Kokkos::LayoutRight, MemSpace> projected;       // [B, K, atoms] target m
-  Kokkos::View<int**, Kokkos::LayoutRight, MemSpace> best;               // [B, K] double-DQN a*
-  LossOutputs(const Config& c, int batch_size);
-};
-
-// Enqueues the C51 double-DQN loss and writes ∂loss/∂(head outputs) into g.
-// online: activations of the online net on all_states() (2B rows); target: of the target net
-// on next_states() (B rows).
-void c51_loss(const ExecSpace& exec, const Network& net, const Activations& online, const Activations& target,
-              const DeviceBatch& batch, LossOutputs& out, Gradients& g);
-
 }  // namespace zs

@@ -75,8 +75,6 @@ Network::Network(const Config& config, const ParamLayout& layout)
       trunk_layers_(layout.trunk_layers()),
       value0_(layout.trunk_layers()),
       branch0_(layout.trunk_layers() + 2),
-      ensemble0_(layout.ensemble_layer(0)),
-      head_set_layers_(layout.head_set_layers()),
       cum_("zs::net::cum", config.branches.size() + 1),
       branch_of_("zs::net::branch_of", total_actions(config)) {
   auto cum = Kokkos::create_mirror_view(cum_);

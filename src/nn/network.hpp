@@ -77,9 +77,8 @@ class Network {
   void backward(const ExecSpace& exec, const Gemm& gemm, const ParamBuffer& params, const ConstMatrixView& input,
                 const Activations& acts, Gradients& g, const ParamBuffer& grad) const;
 
-  // The layers of the main head set and of ensemble member e (network_plan.hpp takes these).
+  // The layers of the main head set (network_plan.hpp takes these).
   HeadSet main_heads() const { return {value0_, branch0_}; }
-  HeadSet ensemble_heads(int e) const { return {ensemble0_ + e * head_set_layers_, ensemble0_ + e * head_set_layers_ + 2}; }
 
  private:
   // The pieces of forward/backward. h ← head set `set` on `features` [h.rows, trunk.back()].
@@ -104,7 +103,6 @@ class Network {
   Config config_;
   std::vector<int> cum_host_;
   int trunk_layers_, value0_, branch0_;  // layer indices into the layout
-  int ensemble0_, head_set_layers_;
   Kokkos::View<int*, MemSpace> cum_, branch_of_;
   kernels::BranchTable<ExecSpace> table_;
 };

@@ -2,9 +2,11 @@
 // construction so that the step never computes an offset or looks a name up.
 #pragma once
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backends/backend.hpp"
+#include "core/error.hpp"
 #include "core/param_layout.hpp"
 
 namespace zs {
@@ -32,5 +34,19 @@ class ParamBuffer {
   std::vector<Matrix> weights_;
   std::vector<Vector> biases_;
 };
+
+// Host copies of one tensor of a buffer, and the reverse (row-major like PyTorch's). Blocking, and
+// they do not wait for other work on a stream: for set-up, tools and checkpoints, never a step.
+inline std::vector<float> download_tensor(const ParamBuffer& buf, const TensorDesc& t) {
+  auto sub = Kokkos::subview(buf.flat(), std::make_pair(t.offset, t.offset + t.size()));
+  auto host = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), sub);
+  return std::vector<float>(host.data(), host.data() + host.size());
+}
+inline void upload_tensor(const ParamBuffer& buf, const TensorDesc& t, const std::vector<float>& data) {
+  require(data.size() == t.size(), "upload_tensor: '", t.name, "' given ", data.size(), " values; expected ", t.size());
+  auto sub = Kokkos::subview(buf.flat(), std::make_pair(t.offset, t.offset + t.size()));
+  Kokkos::View<const float*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged> host(data.data(), data.size());
+  Kokkos::deep_copy(sub, host);
+}
 
 }  // namespace zs

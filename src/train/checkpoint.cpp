@@ -1,6 +1,6 @@
 // Trainer checkpoints in safetensors, so PyTorch/JAX users can open them: every tensor the run
-// needs to continue exactly (parameters, target, Adam m/v/t, guard state, spectral-norm
-// vectors, lr) plus the config and step count in the metadata.
+// needs to continue exactly (parameters, target, the optimizer's state, guard state, spectral-norm
+// vectors, each loss term's own state) plus the config and step count in the metadata.
 #include <nlohmann/json.hpp>
 
 #include "backends/host_copy.hpp"
@@ -10,7 +10,7 @@
 namespace zs {
 
 namespace {
-constexpr const char* kFormat = "zerosync-checkpoint-1";
+constexpr const char* kFormat = "zerosync-checkpoint-2";
 
 std::vector<std::int64_t> shape_of(const TensorDesc& t) { return {t.shape.begin(), t.shape.end()}; }
 }  // namespace
@@ -21,24 +21,19 @@ void Trainer::save(const std::string& path) const {
   f.metadata["format"] = kFormat;
   f.metadata["config"] = config_.to_json().dump();
   f.metadata["steps"] = std::to_string(steps_);
-  const std::pair<const char*, const ParamBuffer*> buffers[] = {
-      {"param.", &online_}, {"target.", &target_}, {"adam_m.", &m_}, {"adam_v.", &v_}};
-  for (const auto& [prefix, buf] : buffers)
+  for (const auto& [prefix, buf] : {std::make_pair("param.", &online_), std::make_pair("target.", &target_)})
     for (const auto& t : layout_.tensors())
-      f.tensors[prefix + t.name] = safetensors::Tensor::from<float>(shape_of(t), read_tensor(*buf, t.name));
-  f.tensors["adam.state"] = safetensors::Tensor::from<double>({3}, download<double>(adam_state_));
+      f.tensors[prefix + t.name] = safetensors::Tensor::from<float>(shape_of(t), download_tensor(*buf, t));
+  optimizer_.save_state(f);
   const auto gs = download<double>(guard_.device_state());
   f.tensors["guard.state"] = safetensors::Tensor::from<double>({static_cast<std::int64_t>(gs.size())}, gs);
   f.tensors["guard.step"] = safetensors::Tensor::from<std::int64_t>({1}, download<std::int64_t>(guard_.device_step()));
-  f.tensors["lr"] = safetensors::Tensor::from<float>({1}, download<float>(lr_));
   f.tensors["steps"] = safetensors::Tensor::from<std::int64_t>({1}, {steps_});
   if (spectral_) {
     const auto uv = download<float>(spectral_->vectors());
     f.tensors["spectral.uv"] = safetensors::Tensor::from<float>({static_cast<std::int64_t>(uv.size())}, uv);
   }
-  if (iqn_)
-    f.tensors["iqn.counter"] = safetensors::Tensor::from<std::int64_t>(
-        {1}, {static_cast<std::int64_t>(download<std::uint64_t>(iqn_->counter())[0])});
+  for (const auto& t : terms_) t->save_state(f);
   safetensors::write(path, f);
 }
 
@@ -62,32 +57,27 @@ void Trainer::load(const std::string& path) {
   // Read and check everything before touching the device, so a bad file changes nothing.
   struct Pending {
     const ParamBuffer* buf;
-    std::string name;
+    const TensorDesc* tensor;
     std::vector<float> data;
   };
   std::vector<Pending> tensors;
-  const std::pair<const char*, const ParamBuffer*> buffers[] = {
-      {"param.", &online_}, {"target.", &target_}, {"adam_m.", &m_}, {"adam_v.", &v_}};
-  for (const auto& [prefix, buf] : buffers)
-    for (const auto& t : layout_.tensors()) tensors.push_back({buf, t.name, f.f32(prefix + t.name, shape_of(t))});
-  const auto adam = f.f64("adam.state", {3});
+  for (const auto& [prefix, buf] : {std::make_pair("param.", &online_), std::make_pair("target.", &target_)})
+    for (const auto& t : layout_.tensors()) tensors.push_back({buf, &t, f.f32(prefix + t.name, shape_of(t))});
+  optimizer_.check_state(f);
   const auto gs = f.f64("guard.state", {static_cast<std::int64_t>(guard_.device_state().extent(0))});
   const auto gstep = f.i64("guard.step", {1});
-  const auto lr = f.f32("lr", {1});
   const auto steps = f.i64("steps", {1});
   std::vector<float> uv;
   if (spectral_) uv = f.f32("spectral.uv", {static_cast<std::int64_t>(spectral_->vectors().extent(0))});
-  std::vector<std::int64_t> iqn_counter;
-  if (iqn_) iqn_counter = f.i64("iqn.counter", {1});
+  for (const auto& t : terms_) t->check_state(f);
 
   stream_.synchronize();
-  for (const auto& p : tensors) write_tensor(*p.buf, p.name, p.data);
-  upload(adam_state_, adam);
+  for (const auto& p : tensors) upload_tensor(*p.buf, *p.tensor, p.data);
+  optimizer_.load_state(f);
   upload(guard_.device_state(), gs);
   upload(guard_.device_step(), gstep);
-  upload(lr_, lr);
   if (spectral_) upload(spectral_->device_vectors(), uv);
-  if (iqn_) Kokkos::deep_copy(iqn_->counter(), static_cast<std::uint64_t>(iqn_counter[0]));
+  for (auto& t : terms_) t->load_state(f);
   Kokkos::fence();
   steps_ = steps[0];
 }

@@ -5,10 +5,17 @@
 #include <optional>
 
 #include "backends/backend.hpp"
-#include "kernels/guard_check.hpp"
 #include "backends/mailbox.hpp"
+#include "kernels/guard_check.hpp"
 
 namespace zs {
+
+// The guard's settings for a run: its thresholds and how often it posts its record.
+struct GuardConfig : kernels::GuardThresholds {
+  std::int64_t post_every = 1;  // post the record to the mailbox after every N-th check
+  // Throws zs::Error naming the first bad field, its value and what is expected.
+  void validate() const;
+};
 
 struct GuardTotals {
   double loss_sum = 0;
@@ -46,12 +53,6 @@ struct GuardStatus {
 
 class TrainingGuard {
  public:
-  // Slots of the device state, which is posted to the mailbox as it is.
-  static constexpr int record_offset = 0;
-  static constexpr int totals_offset = record_offset + kernels::guard_record::size;
-  static constexpr int snapshot_offset = totals_offset + kernels::guard_totals::size;
-  static constexpr int state_size = snapshot_offset + kernels::guard_snapshot::size;
-
   explicit TrainingGuard(const GuardConfig& config = GuardConfig{});
   // A copy would share the device state but count its own checks: steps_behind would lie.
   TrainingGuard(const TrainingGuard&) = delete;
@@ -78,27 +79,24 @@ class TrainingGuard {
   Kokkos::View<const int, MemSpace> skip_flag() const { return skip_; }
   // Index of the next step to be checked (counts up once per executed check).
   Kokkos::View<const std::int64_t, MemSpace> step_counter() const { return step_; }
-  const Mailbox& mailbox() const { return mailbox_; }
-  // The whole device state (record, totals, snapshot: state_size doubles) and the step counter,
-  // for checkpoints: saved as they are and written back on load, outside the step.
-  Kokkos::View<double*, MemSpace> device_state() const { return state_; }
+  // The whole device state as doubles (the mailbox record) and the step counter, for
+  // checkpoints: saved as they are and written back on load, outside the step.
+  Kokkos::View<double*, MemSpace, Kokkos::MemoryUnmanaged> device_state() const { return box_.doubles(); }
   Kokkos::View<std::int64_t, MemSpace> device_step() const { return step_; }
   // Back to "no step yet": zero sums, step counter and skip flag, host count of checks, and
   // posts that state. Blocking, for set-up only (waits for the device); seq keeps counting up.
   void reset();
 
-  // Decodes a mailbox payload of state_size doubles; exposed for tests and tools.
-  static GuardStatus decode(std::int64_t seq, const double* state, std::int64_t checks_enqueued);
+  // The host's reading of one record; exposed for tests and tools.
+  static GuardStatus decode(std::int64_t seq, const kernels::GuardState& state, std::int64_t checks_enqueued);
 
  private:
   void initialise();
 
   GuardConfig config_;
-  Kokkos::View<double*, MemSpace> state_;
-  Kokkos::View<double*, MemSpace> record_, totals_, snapshot_;  // slices of state_
+  RecordBox<kernels::GuardState> box_;
   DeviceScalar<std::int64_t> step_;
   DeviceScalar<int> skip_;
-  Mailbox mailbox_;
   std::int64_t checks_enqueued_ = 0;
 };
 

@@ -3,60 +3,53 @@
 #include <cmath>
 #include <random>
 
-#include "kernels/adam.hpp"
 #include "kernels/budget_sum.hpp"
-#include "kernels/grad_clip.hpp"
-#include "kernels/grad_norm.hpp"
+#include "losses/registry.hpp"
 
 namespace zs {
 
-namespace {
-kernels::AdamHyper adam_hyper(const Config& c) { return {c.adam_beta1, c.adam_beta2, c.adam_eps}; }
-}  // namespace
+const TermMetrics* StepMetrics::term(const std::string& name) const {
+  for (const auto& t : terms)
+    if (t.name == name) return &t;
+  return nullptr;
+}
 
 Trainer::Trainer(const Config& config, const TrainerOptions& options)
     : config_((config.validate(), config)),
       options_(options),
-      layout_(config_),
+      layout_(layout_for(config_)),
       gemm_(stream_, config_.precision),
       net_(config_, layout_),
       online_(layout_, "zs::online"),
       target_(layout_, "zs::target"),
-      grad_(layout_, "zs::grad"),
-      m_(layout_, "zs::adam_m"),
-      v_(layout_, "zs::adam_v"),
       batch_(config_, options.batch_size),
       acts_online_(config_, 2 * options.batch_size),
       acts_target_(config_, options.batch_size),
-      grads_(config_, options.batch_size),
-      loss_(config_, options.batch_size),
-      grad_norm_("zs::grad_norm"),
-      lr_("zs::lr"),
-      clip_scale_("zs::clip_scale"),
-      adam_state_(kernels::make_adam_state()),
+      c51_(config_, options.batch_size),
+      ctx_{config_, layout_, net_, online_, target_, batch_, acts_online_, acts_target_, c51_},
+      optimizer_(config_, layout_),
       guard_(options.guard),
-      budget_(budget_of(config_)),
       unit_scale_("zs::unit_scale"),
-      budget_record_("zs::budget_record", kernels::kBudgetSlots),
       norm_scratch_(kernels::make_grad_norms_scratch(stream_.exec())),
-      aux_mailbox_(kernels::kBudgetSlots) {
-  require(!options.budget.iqn_on && !options.budget.ensemble_on && !options.budget.cql_on,
-          "Trainer: TrainerOptions::budget turns on iqn = ", options.budget.iqn_on, ", ensemble = ",
-          options.budget.ensemble_on, ", cql = ", options.budget.cql_on,
-          "; expected them off there: auxiliaries and their budgets are Config keys (iqn, ensemble, cql)");
-  budget_.validate();
+      term_record_("zs::term_record") {
+  const auto auxiliaries = enabled_terms(config_);
+  require(auxiliaries.size() + 1 <= static_cast<std::size_t>(kernels::kMaxTerms), "Trainer: ", auxiliaries.size() + 1,
+          " loss terms; expected at most ", kernels::kMaxTerms);
+  terms_.push_back(std::make_unique<C51Term>(ctx_, c51_budget(config_)));
+  for (const auto& spec : auxiliaries) {
+    terms_.push_back(spec.make(ctx_, spec.budget(config_)));
+    require(terms_.back() && terms_.back()->name() == spec.name, "Trainer: loss term '", spec.name,
+            "' made a term called '", terms_.back() ? terms_.back()->name() : std::string("(none)"),
+            "'; expected its own name");
+  }
   Kokkos::deep_copy(unit_scale_, 1.f);
-  if (config_.any_auxiliary()) applied_ = std::make_unique<ParamBuffer>(layout_, "zs::applied_grad");
-  if (config_.iqn.on) iqn_ = std::make_unique<IqnHead>(config_, layout_, options.batch_size);
-  if (config_.ensemble.on()) ensemble_ = std::make_unique<EnsembleHeads>(config_, layout_, options.batch_size);
-  if (config_.cql.on) cql_ = std::make_unique<CqlRegulariser>(config_, layout_, options.batch_size);
+  if (terms_.size() > 1) applied_ = std::make_unique<ParamBuffer>(layout_, "zs::applied_grad");
   if (config_.spectral_norm > 0.f)
     spectral_ = std::make_unique<SpectralNorm>(layout_, config_.spectral_norm, config_.seed ^ 0x5eed5eedull);
   forward_plan_ = std::make_unique<ForwardPlan>(
       net_, std::vector<ForwardPass>{{&online_, batch_.states(), &acts_online_, 0},
                                      {&online_, batch_.next_states(), &acts_online_, options.batch_size},
                                      {&target_, batch_.next_states(), &acts_target_, 0}});
-  backward_plan_ = std::make_unique<BackwardPlan>(net_, online_, batch_.states(), acts_online_, grads_, grad_);
   init_params(config_.seed);
 }
 
@@ -65,10 +58,13 @@ Trainer::~Trainer() {
   stream_.synchronize();
 }
 
-void Trainer::set_lr(float lr) {
-  require(std::isfinite(lr) && lr > 0.f, "Trainer::set_lr: lr = ", lr, " is invalid; expected a positive number");
-  Kokkos::deep_copy(stream_.exec(), lr_, lr);
+const LossTerm* Trainer::term(const std::string& name) const {
+  for (const auto& t : terms_)
+    if (t->name() == name) return t.get();
+  return nullptr;
 }
+
+void Trainer::set_lr(float lr) { optimizer_.set_lr(stream_.exec(), lr); }
 
 void Trainer::init_params(std::uint64_t seed) {
   stream_.synchronize();
@@ -83,12 +79,11 @@ void Trainer::init_params(std::uint64_t seed) {
   }
   Kokkos::deep_copy(online_.flat(), host);
   Kokkos::deep_copy(target_.flat(), host);
-  Kokkos::deep_copy(m_.flat(), 0.f);
-  Kokkos::deep_copy(v_.flat(), 0.f);
-  Kokkos::deep_copy(grad_.flat(), 0.f);
-  Kokkos::deep_copy(adam_state_, 0.0);
-  Kokkos::deep_copy(lr_, config_.lr);
-  if (iqn_) iqn_->reset_counter();
+  optimizer_.reset();
+  for (auto& t : terms_) {
+    Kokkos::deep_copy(t->grad().flat(), 0.f);
+    t->reset();
+  }
   Kokkos::fence();
   guard_.reset();
   steps_ = 0;
@@ -98,17 +93,21 @@ const char* Trainer::phase_name(Phase p) {
   switch (p) {
     case Phase::spectral_norm: return "spectral_norm";
     case Phase::forward: return "forward";
-    case Phase::loss: return "loss";
-    case Phase::backward: return "backward";
-    case Phase::auxiliary: return "auxiliary";
+    case Phase::loss_terms: return "loss_terms";
     case Phase::norm_and_guard: return "norm_and_guard";
     case Phase::optimizer: return "optimizer";
   }
   return "?";
 }
 
+void Trainer::enqueue_term(std::size_t i) {
+  require(i < terms_.size(), "Trainer::enqueue_term: term ", i, "; this step has ", terms_.size());
+  terms_[i]->enqueue(stream_.exec(), gemm_);
+}
+
 void Trainer::enqueue_phase(Phase phase) {
   const ExecSpace& exec = stream_.exec();
+  const LossTerm& c51 = *terms_.front();
   switch (phase) {
     case Phase::spectral_norm:
       if (spectral_) spectral_->apply(exec, online_.flat());
@@ -116,110 +115,80 @@ void Trainer::enqueue_phase(Phase phase) {
     case Phase::forward:
       forward_plan_->enqueue(exec, gemm_);
       break;
-    case Phase::loss:
-      c51_loss(exec, net_, acts_online_, acts_target_, batch_, loss_, grads_);
-      break;
-    case Phase::backward:
-      backward_plan_->enqueue(exec, gemm_);
-      break;
-    case Phase::auxiliary:
-      if (iqn_) iqn_->enqueue(exec, gemm_, net_, online_, target_, acts_online_, acts_target_, batch_, loss_);
-      if (ensemble_) ensemble_->enqueue(exec, gemm_, net_, online_, acts_online_, batch_, loss_);
-      if (cql_) cql_->enqueue(exec, gemm_, net_, online_, acts_online_, batch_);
+    case Phase::loss_terms:
+      for (auto& t : terms_) t->enqueue(exec, gemm_);
       break;
     case Phase::norm_and_guard:
-      // The guard judges C51's loss and raw gradient norm; each auxiliary's norm only sets its
-      // own clip (a non-finite one adds nothing) and is reported in aux_metrics(). All the
-      // norms come from one launch.
-      if (config_.any_auxiliary()) {
-        std::vector<ConstDeviceFloats> grads{ConstDeviceFloats(grad_.flat())};
-        std::vector<DeviceScalar<double>> norms{grad_norm_};
-        auto add = [&](const AuxOutputs& a) {
-          grads.push_back(ConstDeviceFloats(a.grad.flat()));
-          norms.push_back(a.norm);
-        };
-        if (iqn_) add(iqn_->out());
-        if (ensemble_) add(ensemble_->out());
-        if (cql_) add(cql_->out());
-        kernels::grad_norms(exec, grads, norms, norm_scratch_);
+      // The guard judges C51's loss and raw gradient norm; every other term's norm only sets its
+      // own clip (a non-finite one adds nothing) and is reported in term_metrics(). All the norms
+      // come from one launch.
+      if (terms_.size() == 1) {
+        kernels::global_grad_norm(exec, ConstDeviceFloats(c51.grad().flat()), c51.norm());
       } else {
-        kernels::global_grad_norm(exec, ConstDeviceFloats(grad_.flat()), grad_norm_);
+        std::vector<ConstDeviceFloats> grads;
+        std::vector<DeviceScalar<double>> norms;
+        for (const auto& t : terms_) {
+          grads.emplace_back(t->grad().flat());
+          norms.push_back(t->norm());
+        }
+        kernels::grad_norms(exec, grads, norms, norm_scratch_);
       }
-      guard_.check(exec, loss_.loss, grad_norm_, lr_);
-      if (config_.any_auxiliary()) {
-        kernels::BudgetRecord<ExecSpace> r;
-        r.record = budget_record_;
-        r.c51_norm = grad_norm_;
-        if (iqn_) r.iqn_norm = iqn_->out().norm, r.iqn_loss = iqn_->out().loss;
-        if (ensemble_)
-          r.ensemble_norm = ensemble_->out().norm, r.ensemble_loss = ensemble_->out().loss,
-          r.ensemble_spread = ensemble_->spread_mean();
-        if (cql_) r.cql_norm = cql_->out().norm, r.cql_loss = cql_->out().loss;
-        r.step = guard_.step_counter();
-        r.c51_limit = double(budget_.c51_fraction() * config_.max_grad_norm);
-        r.iqn_limit = double(budget_.iqn * config_.max_grad_norm);
-        r.ensemble_limit = double(budget_.ensemble * config_.max_grad_norm);
-        r.cql_limit = double(budget_.cql * config_.max_grad_norm);
-        kernels::budget_record(exec, r);
-        aux_mailbox_.post_every(exec, budget_record_, guard_.step_counter(), options_.guard.post_every);
+      guard_.check(exec, c51.loss(), c51.norm(), optimizer_.lr());
+      if (terms_.size() > 1) {
+        std::vector<kernels::TermSource> sources;
+        for (const auto& t : terms_)
+          sources.push_back({t->loss().data(), t->norm().data(),
+                             static_cast<double>(t->budget() * config_.max_grad_norm), t->statistic().second.data()});
+        using WriteThenPost = kernels::ThenPost<ExecSpace, kernels::WriteTermsRecord<ExecSpace>>;
+        Kokkos::parallel_for("zs::terms_record", Kokkos::RangePolicy<ExecSpace>(exec, 0, 1),
+                             WriteThenPost{kernels::make_terms_record<ExecSpace>(term_record_.device(),
+                                                                                 guard_.step_counter(), sources),
+                                           term_record_.poster(guard_.step_counter(), options_.guard.post_every)});
       }
       break;
     case Phase::optimizer: {
       // C51's share of max_grad_norm. Alone, its clip rides inside Adam as a scale (no extra pass
-      // over the gradient); with auxiliaries, the gradient is scaled in place and each
-      // auxiliary is added clipped to its own share, so ‖applied‖ ≤ max_grad_norm. The clip
-      // scale is written by adam_prepare's one thread and the Polyak update rides in Adam's
-      // pass: two launches, where each one costs the graph a few microseconds.
-      kernels::adam_prepare(exec, adam_state_, guard_.skip_flag(), DeviceScalar<const double>(grad_norm_),
-                            clip_scale_, budget_.c51_fraction() * config_.max_grad_norm, adam_hyper(config_));
-      DeviceScalar<const float> scale = clip_scale_;
-      ConstDeviceFloats applied(grad_.flat());
-      if (applied_) {
-        // grad_ stays C51's raw gradient: the sum is built in its own buffer, so no stale
-        // auxiliary values can linger in tensors that C51's backward never writes.
-        std::vector<kernels::BudgetTerm> terms;
-        auto add = [&](const AuxOutputs& a, float share) {
-          terms.push_back({a.grad.flat().data(), a.norm.data(), static_cast<double>(share * config_.max_grad_norm)});
-        };
-        if (iqn_) add(iqn_->out(), budget_.iqn);
-        if (ensemble_) add(ensemble_->out(), budget_.ensemble);
-        if (cql_) add(cql_->out(), budget_.cql);
-        kernels::budget_sum(exec, applied_->flat(), ConstDeviceFloats(grad_.flat()),
-                            DeviceScalar<const float>(clip_scale_), terms);
-        applied = ConstDeviceFloats(applied_->flat());
-        scale = unit_scale_;
+      // over the gradient); with auxiliaries, the applied gradient is built in its own buffer:
+      // C51's scaled, each auxiliary added clipped to its own share, so ‖applied‖ ≤ max_grad_norm
+      // and the terms' gradients stay their raw selves.
+      optimizer_.prepare(exec, guard_.skip_flag(), DeviceScalar<const double>(c51.norm()),
+                         c51.budget() * config_.max_grad_norm);
+      if (!applied_) {
+        optimizer_.update(exec, online_, c51.grad(), optimizer_.clip_scale(), guard_.skip_flag(), target_);
+        break;
       }
-      kernels::adam_polyak_update(exec, online_.flat(), applied, m_.flat(), v_.flat(),
-                                  Kokkos::View<const double*, MemSpace>(adam_state_), guard_.skip_flag(),
-                                  DeviceScalar<const float>(lr_), scale, adam_hyper(config_), target_.flat(),
-                                  config_.tau);
+      std::vector<kernels::BudgetTerm> auxiliaries;
+      for (std::size_t i = 1; i < terms_.size(); ++i)
+        auxiliaries.push_back({terms_[i]->grad().flat().data(), terms_[i]->norm().data(),
+                               static_cast<double>(terms_[i]->budget() * config_.max_grad_norm)});
+      kernels::budget_sum(exec, applied_->flat(), ConstDeviceFloats(c51.grad().flat()),
+                          DeviceScalar<const float>(optimizer_.clip_scale()), auxiliaries);
+      optimizer_.update(exec, online_, *applied_, unit_scale_, guard_.skip_flag(), target_);
       break;
     }
   }
 }
 
-std::optional<AuxStatus> Trainer::aux_metrics() const {
-  if (!config_.any_auxiliary()) return std::nullopt;
-  const auto rec = aux_mailbox_.read();
+std::optional<StepMetrics> Trainer::term_metrics() const {
+  if (terms_.size() == 1) return std::nullopt;
+  const auto rec = term_record_.read();
   if (!rec) return std::nullopt;
-  const auto& v = rec->values;
-  AuxStatus s;
-  s.seq = rec->seq;
-  s.step = static_cast<std::int64_t>(v[kernels::kBudgetStep]);
-  s.steps_behind = steps_ - 1 - s.step;
-  s.c51_grad_norm = v[kernels::kBudgetC51Norm];
-  s.c51_scale = v[kernels::kBudgetC51Scale];
-  s.iqn_loss = v[kernels::kBudgetIqnLoss];
-  s.iqn_grad_norm = v[kernels::kBudgetIqnNorm];
-  s.iqn_scale = v[kernels::kBudgetIqnScale];
-  s.ensemble_loss = v[kernels::kBudgetEnsembleLoss];
-  s.ensemble_grad_norm = v[kernels::kBudgetEnsembleNorm];
-  s.ensemble_scale = v[kernels::kBudgetEnsembleScale];
-  s.ensemble_spread = v[kernels::kBudgetEnsembleSpread];
-  s.cql_loss = v[kernels::kBudgetCqlLoss];
-  s.cql_grad_norm = v[kernels::kBudgetCqlNorm];
-  s.cql_scale = v[kernels::kBudgetCqlScale];
-  return s;
+  const kernels::TermsRecord& r = rec->value;
+  StepMetrics m;
+  m.seq = rec->seq;
+  m.step = static_cast<std::int64_t>(r.step);
+  m.steps_behind = steps_ - 1 - m.step;
+  for (std::size_t i = 0; i < terms_.size() && i < static_cast<std::size_t>(r.terms); ++i) {
+    TermMetrics t;
+    t.name = terms_[i]->name();
+    t.loss = r.term[i].loss;
+    t.grad_norm = r.term[i].grad_norm;
+    t.scale = r.term[i].scale;
+    t.statistic_name = terms_[i]->statistic().first;
+    t.statistic = r.term[i].statistic;
+    m.terms.push_back(t);
+  }
+  return m;
 }
 
 void Trainer::enqueue_step() {
@@ -239,21 +208,16 @@ void Trainer::step() {
 }
 
 std::vector<float> Trainer::read_tensor(const ParamBuffer& buf, const std::string& name) const {
-  const TensorDesc& t = layout_.tensor(name);
   stream_.synchronize();
-  auto sub = Kokkos::subview(buf.flat(), std::make_pair(t.offset, t.offset + t.size()));
-  auto host = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), sub);
-  return std::vector<float>(host.data(), host.data() + host.size());
+  return download_tensor(buf, layout_.tensor(name));
 }
 
 void Trainer::write_tensor(const ParamBuffer& buf, const std::string& name, const std::vector<float>& data) {
   const TensorDesc& t = layout_.tensor(name);
-  require(data.size() == t.size(), "Trainer::write_tensor: '", name, "' given ", data.size(),
-          " values; expected ", t.size());
+  require(data.size() == t.size(), "Trainer::write_tensor: '", name, "' given ", data.size(), " values; expected ",
+          t.size());
   stream_.synchronize();
-  auto sub = Kokkos::subview(buf.flat(), std::make_pair(t.offset, t.offset + t.size()));
-  Kokkos::View<const float*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged> host(data.data(), data.size());
-  Kokkos::deep_copy(sub, host);
+  upload_tensor(buf, t, data);
 }
 
 }  // namespace zs

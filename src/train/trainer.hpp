@@ -1,8 +1,9 @@
 // The BDQ-C51 training step, end to end on one stream with no host synchronisation:
-// [spectral norm] → forward (online on s and s′ stacked, target on s′) → C51 loss → backward →
-// grad norm → guard → clip scale → Adam (skipped on the device when the guard trips) → Polyak
-// target update → guard record to the pinned mailbox. On CUDA the step is recorded once as a
-// CUDA graph and replayed: one launch per step.
+// [spectral norm] → forward (online on s and s′ stacked, target on s′) → every loss term (C51,
+// then the auxiliaries the config turns on) → their gradient norms → guard → the budgeted sum of
+// the clipped gradients → Adam and the target update (skipped on the device when the guard
+// trips) → records to the pinned mailbox. On CUDA the step is recorded once as a CUDA graph and
+// replayed: one launch per step.
 #pragma once
 #include <memory>
 #include <optional>
@@ -11,39 +12,43 @@
 
 #include "backends/gemm.hpp"
 #include "backends/graph.hpp"
-#include "nn/batch.hpp"
-#include "losses/cql.hpp"
-#include "losses/ensemble.hpp"
-#include "losses/grad_budget.hpp"
-#include "train/guard.hpp"
-#include "losses/iqn.hpp"
-#include "kernels/grad_norm.hpp"
 #include "backends/mailbox.hpp"
+#include "kernels/grad_norm.hpp"
+#include "kernels/term_record.hpp"
+#include "losses/c51.hpp"
+#include "losses/loss_term.hpp"
+#include "nn/batch.hpp"
 #include "nn/network.hpp"
 #include "nn/network_plan.hpp"
 #include "nn/spectral_norm.hpp"
+#include "train/guard.hpp"
+#include "train/optimizer.hpp"
 
 namespace zs {
 
 struct TrainerOptions {
   int batch_size = 256;
   GuardConfig guard{};
-  // Kept for compatibility: which auxiliaries are on and their budgets now come from the Config
-  // (keys iqn, ensemble, cql; budget_of()). Turning an auxiliary on here alone is an error.
-  GradBudget budget{};
   bool use_graph = true;  // record the step once and replay it (CUDA graph on CUDA)
 };
 
-// The auxiliaries' record (kernels::BudgetSlot), posted with the guard's when any is on: per
-// loss its raw gradient norm and the clip coefficient its budget applied; NaN for one that is off.
-struct AuxStatus {
+// One loss term's entry in the metrics record, as the host reads it.
+struct TermMetrics {
+  std::string name;
+  double loss = 0, grad_norm = 0;
+  double scale = 0;            // the clip coefficient its share of max_grad_norm applied
+  std::string statistic_name;  // empty when the term reports no statistic of its own
+  double statistic = 0;
+};
+
+// The loss terms' record, posted with the guard's when the step has more than one term.
+struct StepMetrics {
   std::int64_t seq = 0;
-  std::int64_t step = -1;          // the step this record belongs to
+  std::int64_t step = -1;  // the step this record belongs to
   std::int64_t steps_behind = 0;
-  double c51_grad_norm = 0, c51_scale = 0;
-  double iqn_loss = 0, iqn_grad_norm = 0, iqn_scale = 0;
-  double ensemble_loss = 0, ensemble_grad_norm = 0, ensemble_scale = 0, ensemble_spread = 0;
-  double cql_loss = 0, cql_grad_norm = 0, cql_scale = 0;
+  std::vector<TermMetrics> terms;  // in the trainer's order: C51 first
+  // The entry of the term called `name`; nullptr when the step has none.
+  const TermMetrics* term(const std::string& name) const;
 };
 
 class Trainer {
@@ -59,7 +64,7 @@ class Trainer {
   Stream& stream() { return stream_; }
 
   // The batch the next step trains on. Fill it on the device (deep_copy or your own kernels,
-  // ordered before step() on stream()), e.g. with upload_batch().
+  // ordered before step() on stream()), e.g. with upload().
   DeviceBatch& batch() { return batch_; }
 
   // Enqueues one training step; never waits. With use_graph, the first call runs directly (so
@@ -69,10 +74,9 @@ class Trainer {
   void step();
   // The step's phases in order; enqueue_phase() runs one of them alone (benchmarks time the
   // phases this way: docs/performance.md's breakdown).
-  enum class Phase { spectral_norm, forward, loss, backward, auxiliary, norm_and_guard, optimizer };
-  static constexpr Phase kPhases[] = {Phase::spectral_norm, Phase::forward,        Phase::loss,
-                                      Phase::backward,      Phase::auxiliary,      Phase::norm_and_guard,
-                                      Phase::optimizer};
+  enum class Phase { spectral_norm, forward, loss_terms, norm_and_guard, optimizer };
+  static constexpr Phase kPhases[] = {Phase::spectral_norm, Phase::forward, Phase::loss_terms,
+                                      Phase::norm_and_guard, Phase::optimizer};
   static const char* phase_name(Phase p);
   void enqueue_phase(Phase p);
   // Enqueues the same step by direct launches, never the graph (for parity checks).
@@ -81,37 +85,43 @@ class Trainer {
   bool graph_recorded() const { return graph_ && graph_->captured(); }
   std::size_t graph_nodes() const { return graph_ ? graph_->node_count() : 0; }
 
+  // The loss terms, C51 first, then the auxiliaries the config turned on (losses/registry.hpp).
+  const std::vector<std::unique_ptr<LossTerm>>& terms() const { return terms_; }
+  // The term called `name`, nullptr when the step has none; term_as<T> also checks its type.
+  const LossTerm* term(const std::string& name) const;
+  template <class T>
+  const T* term_as(const std::string& name) const {
+    return dynamic_cast<const T*>(term(name));
+  }
+  // Enqueues term i alone (benchmarks time each term this way).
+  void enqueue_term(std::size_t i);
+
   // The newest guard record that has reached the host (loss, grad norm, halts, running sums),
   // and how many steps behind the newest enqueued step it is. Never waits.
   std::optional<GuardStatus> metrics() const { return guard_.latest(steps_); }
-  // The newest auxiliaries' record (same cadence as metrics()); nothing when no auxiliary is on
-  // or none has arrived yet. Never waits.
-  std::optional<AuxStatus> aux_metrics() const;
+  // The newest loss terms' record (same cadence as metrics()); nothing when C51 is the only
+  // term or none has arrived yet. Never waits.
+  std::optional<StepMetrics> term_metrics() const;
   void synchronize() const { stream_.synchronize(); }
 
   // Enqueues lr ← value on the stream (a schedule may call it between steps; graph-safe).
   void set_lr(float lr);
   // PyTorch nn.Linear's default init, U(−1/√in, 1/√in) for weights and biases, from `seed`;
-  // the target becomes a copy; Adam's state, the guard and the step count are reset.
+  // the target becomes a copy; the optimizer, the terms' own state, the guard and the step count
+  // are reset.
   void init_params(std::uint64_t seed);
 
   // Device state, for tests, tools and checkpoints.
   const ParamBuffer& online() const { return online_; }
   const ParamBuffer& target() const { return target_; }
-  const ParamBuffer& grad() const { return grad_; }  // last step's C51 gradient, before clipping
-  // With any auxiliary on: the gradient Adam applied last step, C51's scaled to its share plus
-  // each auxiliary's clipped SAXPY. With none on, the clip rides inside Adam and this is grad().
-  const ParamBuffer& applied_grad() const { return applied_ ? *applied_ : grad_; }
-  // The effective split of max_grad_norm (from the Config).
-  const GradBudget& budget() const { return budget_; }
-  // The auxiliaries, nullptr when off: their own gradients, losses, norms and statistics.
-  const IqnHead* iqn() const { return iqn_.get(); }
-  const EnsembleHeads* ensemble() const { return ensemble_.get(); }
-  const CqlRegulariser* cql() const { return cql_.get(); }
-  const ParamBuffer& adam_m() const { return m_; }
-  const ParamBuffer& adam_v() const { return v_; }
-  const LossOutputs& loss() const { return loss_; }
-  DeviceScalar<double> grad_norm() const { return grad_norm_; }
+  const ParamBuffer& grad() const { return terms_.front()->grad(); }  // C51's, before clipping
+  // The gradient Adam applied last step: with auxiliaries the budgeted sum (C51's scaled to its
+  // share plus each auxiliary clipped to its own); with none, the clip rides inside Adam and this
+  // is grad().
+  const ParamBuffer& applied_grad() const { return applied_ ? *applied_ : grad(); }
+  const Optimizer& optimizer() const { return optimizer_; }
+  const C51Outputs& loss() const { return c51_; }
+  DeviceScalar<double> grad_norm() const { return terms_.front()->norm(); }  // C51's
   const TrainingGuard& guard() const { return guard_; }
 
   // Host copies of one named tensor ("trunk.0.weight", …) of a buffer, and the reverse; the
@@ -119,9 +129,10 @@ class Trainer {
   std::vector<float> read_tensor(const ParamBuffer& buf, const std::string& name) const;
   void write_tensor(const ParamBuffer& buf, const std::string& name, const std::vector<float>& data);
 
-  // Checkpoint (safetensors): parameters, target, Adam m/v and t, guard state, spectral-norm
-  // vectors, step count and the config. load() refuses a file whose config differs from this
-  // trainer's, or that is truncated or corrupt; a resumed run continues exactly.
+  // Checkpoint (safetensors): parameters, target, the optimizer's state, guard state,
+  // spectral-norm vectors, every term's own state, step count and the config. load() refuses a
+  // file whose config differs from this trainer's, or that is truncated or corrupt, before
+  // changing anything; a resumed run continues exactly.
   void save(const std::string& path) const;
   void load(const std::string& path);
 
@@ -134,28 +145,21 @@ class Trainer {
   Stream stream_;
   Gemm gemm_;
   Network net_;
-  ParamBuffer online_, target_, grad_, m_, v_;
+  ParamBuffer online_, target_;
   DeviceBatch batch_;
   Activations acts_online_, acts_target_;
-  Gradients grads_;
-  LossOutputs loss_;
-  DeviceScalar<double> grad_norm_;
-  DeviceScalar<float> lr_, clip_scale_;
-  Kokkos::View<double*, MemSpace> adam_state_;
+  C51Outputs c51_;
+  StepContext ctx_;
+  std::vector<std::unique_ptr<LossTerm>> terms_;
+  Optimizer optimizer_;
   TrainingGuard guard_;
   std::unique_ptr<SpectralNorm> spectral_;
-  GradBudget budget_;
-  std::unique_ptr<IqnHead> iqn_;
-  std::unique_ptr<EnsembleHeads> ensemble_;
-  std::unique_ptr<CqlRegulariser> cql_;
   std::unique_ptr<ParamBuffer> applied_;
   DeviceScalar<float> unit_scale_;  // Adam's clip scale once the budgets have been applied
-  Kokkos::View<double*, MemSpace> budget_record_;
   kernels::GradNormsScratch<ExecSpace> norm_scratch_;  // grad_norms' partial sums
-  Mailbox aux_mailbox_;
-  // The main network's forward (online on s and s′, target on s′) and backward, batched.
+  RecordBox<kernels::TermsRecord> term_record_;
+  // The main network's forward: online on s and s′, target on s′, batched.
   std::unique_ptr<ForwardPlan> forward_plan_;
-  std::unique_ptr<BackwardPlan> backward_plan_;
   std::unique_ptr<Graph> graph_;
   std::int64_t steps_ = 0;
 };

@@ -1,0 +1,48 @@
+#include "losses/c51.hpp"
+
+#include <cmath>
+
+#include "kernels/c51_loss.hpp"
+
+namespace zs {
+
+C51Outputs::C51Outputs(const Config& c, int B)
+    : loss("zs::loss"),
+      priorities("zs::loss::priorities", B),
+      projected("zs::loss::projected", B, c.branches.size(), c.atoms),
+      best("zs::loss::best", B, c.branches.size()) {}
+
+C51Term::C51Term(const StepContext& ctx, float budget)
+    : LossTerm("c51", budget, ctx.layout, ctx.c51.loss), ctx_(ctx), g_(ctx.config, ctx.batch.size) {
+  backward_ = std::make_unique<BackwardPlan>(ctx.net, ctx.online, ctx.batch.states(), ctx.online_acts, g_, grad());
+}
+
+void c51_loss(const ExecSpace& exec, const Network& net, const Activations& online, const Activations& target,
+              const DeviceBatch& batch, C51Outputs& out, Gradients& g) {
+  const Config& c = net.config();
+  const int B = batch.size;
+  require(online.rows == 2 * B && target.rows == B && g.rows == B, "c51_loss: activation rows online ", online.rows,
+          ", target ", target.rows, ", gradient ", g.rows, "; expected ", 2 * B, ", ", B, ", ", B);
+  kernels::C51Loss<ExecSpace> f;
+  f.logp_online = online.logp;
+  f.logp_target = target.logp;
+  f.actions = batch.actions;
+  f.rewards = batch.rewards;
+  f.dones = batch.dones;
+  f.weights = batch.weights;
+  f.priorities = out.priorities;
+  f.projected = out.projected;
+  f.best = out.best;
+  f.d_value = as_matrix(g.d_value_out, B, c.atoms);
+  f.d_branch_out = Kokkos::View<float*, MemSpace, Kokkos::MemoryUnmanaged>(g.d_branch_out.data(), g.d_branch_out.extent(0));
+  f.table = net.table();
+  f.sup = kernels::Support{c.v_min, c.v_max, static_cast<float>(std::pow(double(c.gamma), c.n_step)), c.atoms};
+  kernels::c51_loss(exec, f, out.loss);
+}
+
+void C51Term::enqueue(const ExecSpace& exec, const Gemm& gemm) {
+  c51_loss(exec, ctx_.net, ctx_.online_acts, ctx_.target_acts, ctx_.batch, ctx_.c51, g_);
+  backward_->enqueue(exec, gemm);
+}
+
+}  // namespace zs

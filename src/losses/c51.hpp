@@ -1,0 +1,28 @@
+// The C51 double-DQN loss, the step's main term: per sample and branch, a* from the online net on
+// s′, the target net's distribution at a* projected onto the support, cross-entropy against the
+// online net on s; per-sample priorities for the replay buffer; its gradient through the heads
+// and the trunk. Its share of max_grad_norm is what the other terms leave.
+#pragma once
+#include <memory>
+
+#include "losses/loss_term.hpp"
+#include "nn/network_plan.hpp"
+
+namespace zs {
+
+// Enqueues the loss into `out` and ∂loss/∂(head outputs) into g. online: activations of the
+// online net on all_states() (2B rows); target: of the target net on next_states() (B rows).
+void c51_loss(const ExecSpace& exec, const Network& net, const Activations& online, const Activations& target,
+              const DeviceBatch& batch, C51Outputs& out, Gradients& g);
+
+class C51Term final : public LossTerm {
+ public:
+  C51Term(const StepContext& ctx, float budget);
+  void enqueue(const ExecSpace& exec, const Gemm& gemm) override;
+ private:
+  const StepContext& ctx_;
+  Gradients g_;
+  std::unique_ptr<BackwardPlan> backward_;
+};
+
+}  // namespace zs

@@ -1,0 +1,81 @@
+#include "train/optimizer.hpp"
+
+#include <cmath>
+#include <string>
+
+#include "backends/host_copy.hpp"
+#include "kernels/target_update.hpp"
+
+namespace zs {
+
+namespace {
+std::vector<std::int64_t> shape_of(const TensorDesc& t) { return {t.shape.begin(), t.shape.end()}; }
+}  // namespace
+
+Optimizer::Optimizer(const Config& config, const ParamLayout& layout)
+    : config_(config),
+      layout_(layout),
+      hyper_{config.adam_beta1, config.adam_beta2, config.adam_eps},
+      m_(layout, "zs::adam_m"),
+      v_(layout, "zs::adam_v"),
+      state_(kernels::make_adam_state()),
+      lr_("zs::lr"),
+      clip_scale_("zs::clip_scale") {
+  reset();
+}
+
+void Optimizer::reset() {
+  Kokkos::deep_copy(m_.flat(), 0.f);
+  Kokkos::deep_copy(v_.flat(), 0.f);
+  Kokkos::deep_copy(state_, 0.0);
+  Kokkos::deep_copy(lr_, config_.lr);
+}
+
+void Optimizer::set_lr(const ExecSpace& exec, float lr) const {
+  require(std::isfinite(lr) && lr > 0.f, "Optimizer::set_lr: lr = ", lr, " is invalid; expected a positive number");
+  Kokkos::deep_copy(exec, lr_, lr);
+}
+
+void Optimizer::prepare(const ExecSpace& exec, Kokkos::View<const int, MemSpace> skip,
+                        Kokkos::View<const double, MemSpace> norm, float limit) const {
+  kernels::adam_prepare(exec, state_, skip, norm, clip_scale_, limit, hyper_);
+}
+
+void Optimizer::update(const ExecSpace& exec, const ParamBuffer& params, const ParamBuffer& grad,
+                       Kokkos::View<const float, MemSpace> scale, Kokkos::View<const int, MemSpace> skip,
+                       const ParamBuffer& target) const {
+  const Kokkos::View<const double*, MemSpace> state(state_);
+  if (config_.hard_update_every == 0) {
+    kernels::adam_polyak_update(exec, params.flat(), ConstDeviceFloats(grad.flat()), m_.flat(), v_.flat(), state, skip,
+                                DeviceScalar<const float>(lr_), scale, hyper_, target.flat(), config_.tau);
+    return;
+  }
+  kernels::adam_update(exec, params.flat(), ConstDeviceFloats(grad.flat()), m_.flat(), v_.flat(), state, skip,
+                       DeviceScalar<const float>(lr_), scale, hyper_);
+  kernels::hard_update(exec, target.flat(), ConstDeviceFloats(params.flat()), state, skip,
+                       std::int64_t{config_.hard_update_every});
+}
+
+void Optimizer::save_state(safetensors::File& f) const {
+  for (const auto& [prefix, buf] : {std::make_pair("adam_m.", &m_), std::make_pair("adam_v.", &v_)})
+    for (const auto& t : layout_.tensors())
+      f.tensors[prefix + t.name] = safetensors::Tensor::from<float>(shape_of(t), download_tensor(*buf, t));
+  f.tensors["adam.state"] = safetensors::Tensor::from<double>({kernels::kAdamStateSize}, download<double>(state_));
+  f.tensors["lr"] = safetensors::Tensor::from<float>({1}, download<float>(lr_));
+}
+
+void Optimizer::check_state(const safetensors::File& f) const {
+  for (const char* prefix : {"adam_m.", "adam_v."})
+    for (const auto& t : layout_.tensors()) f.f32(prefix + t.name, shape_of(t));
+  f.f64("adam.state", {kernels::kAdamStateSize});
+  f.f32("lr", {1});
+}
+
+void Optimizer::load_state(const safetensors::File& f) {
+  for (const auto& [prefix, buf] : {std::make_pair("adam_m.", &m_), std::make_pair("adam_v.", &v_)})
+    for (const auto& t : layout_.tensors()) upload_tensor(*buf, t, f.f32(prefix + t.name, shape_of(t)));
+  upload(state_, f.f64("adam.state", {kernels::kAdamStateSize}));
+  upload(lr_, f.f32("lr", {1}));
+}
+
+}  // namespace zs
