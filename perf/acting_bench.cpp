@@ -1,6 +1,7 @@
 // µs per epsilon-greedy call at the reference point (B = 256, branches {5, 3, 3}) from Q
-// [256, 11] and from C51 probabilities [256, 11, 51], and per exposure → factored routing
-// call at B = 256. Each call includes the one-thread counter increment that follows it.
+// [256, 11], per Q-from-log-probabilities call [256, 11, 51] (the actor's first half), and per
+// exposure → factored routing call at B = 256. Each acting call includes the one-thread counter
+// increment that follows it.
 #include <benchmark/benchmark.h>
 
 #include <random>
@@ -38,24 +39,18 @@ void BM_ActingQ(benchmark::State& state) {
 }
 BENCHMARK(BM_ActingQ)->UseManualTime()->Unit(benchmark::kMicrosecond);
 
-void BM_ActingC51(benchmark::State& state) {
+void BM_ActingQFromLogProbs(benchmark::State& state) {
   const zs::Config config;
-  const int batch = 256, a_total = 11, nb = static_cast<int>(config.branches.size());
-  Kokkos::View<float***, Kokkos::LayoutRight, zs::MemSpace> p("p", batch, a_total, config.atoms);
-  fill_uniform(p, 0.f, 2.f / config.atoms, 2);
-  zs::DeviceFloats support("support", config.atoms);
-  fill_uniform(support, config.v_min, config.v_max, 3);
-  Kokkos::View<std::int32_t**, Kokkos::LayoutRight, zs::MemSpace> actions("actions", batch, nb);
-  zs::DeviceScalar<float> eps("eps");
-  Kokkos::deep_copy(eps, 0.1f);
-  zs::DeviceScalar<std::uint64_t> counter("counter");
+  const int batch = 256, a_total = 11;
+  Kokkos::View<float***, Kokkos::LayoutRight, zs::MemSpace> logp("logp", batch, a_total, config.atoms);
+  fill_uniform(logp, -6.f, -2.f, 2);
+  Kokkos::View<float**, Kokkos::LayoutRight, zs::MemSpace> q("q", batch, a_total);
   zs::Stream stream;
   zs::bench::time_on_stream(state, stream, [&] {
-    zs::kernels::epsilon_greedy_c51(stream.exec(), p, support, config.branches, eps, counter,
-                                    {1, 0}, actions);
+    zs::kernels::q_from_log_probs<zs::ExecSpace>(stream.exec(), logp, config.v_min, config.v_max, q);
   });
 }
-BENCHMARK(BM_ActingC51)->UseManualTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_ActingQFromLogProbs)->UseManualTime()->Unit(benchmark::kMicrosecond);
 
 void BM_Routing(benchmark::State& state) {
   const int batch = 256;

@@ -1,5 +1,5 @@
-// µs per Q-value observation (batch statistics + divergence check + mailbox post) and per C51
-// Q = Σ p·z, at the reference config: B = 256, A = 5 + 3 + 3 = 11 actions, 51 atoms.
+// µs per Q-value observation (batch statistics + divergence check + mailbox post) at the
+// reference config: B = 256, A = 5 + 3 + 3 = 11 actions.
 #include <benchmark/benchmark.h>
 
 #include <numeric>
@@ -33,7 +33,7 @@ void BM_QMonitorBatchStatsOnly(benchmark::State& state) {
   zs::Stream stream;
   Kokkos::View<float**, Kokkos::LayoutRight, zs::MemSpace> q("q", kBatch, reference_actions());
   Kokkos::deep_copy(q, 1.5f);
-  Kokkos::View<double*, zs::MemSpace> record("record", zs::kernels::q_stats::size);
+  Kokkos::View<zs::kernels::QMonitorRecord, zs::MemSpace> record("record");
   zs::bench::time_on_stream(state, stream,
                             [&] { zs::kernels::q_batch_stats(stream.exec(), q, record); });
 }
@@ -43,7 +43,7 @@ void BM_QMonitorDivergenceOnly(benchmark::State& state) {
   zs::Stream stream;
   Kokkos::View<float**, Kokkos::LayoutRight, zs::MemSpace> q("q", kBatch, reference_actions());
   Kokkos::deep_copy(q, 1.5f);
-  Kokkos::View<double*, zs::MemSpace> record("record", zs::kernels::q_divergence::size);
+  Kokkos::View<zs::kernels::QMonitorRecord, zs::MemSpace> record("record");
   zs::bench::time_on_stream(state, stream,
                             [&] { zs::kernels::q_divergence_check(stream.exec(), q, record); });
 }
@@ -62,21 +62,5 @@ void BM_QMonitorObserveGraphReplay(benchmark::State& state) {
   zs::bench::time_on_stream(state, stream, [&] { graph.replay(stream); });
 }
 BENCHMARK(BM_QMonitorObserveGraphReplay)->UseManualTime()->Unit(benchmark::kMicrosecond);
-
-void BM_QMonitorC51Q(benchmark::State& state) {
-  const int atoms = zs::Config{}.atoms;
-  zs::Stream stream;
-  Kokkos::View<float***, Kokkos::LayoutRight, zs::MemSpace> p("probs", kBatch, reference_actions(),
-                                                              atoms);
-  Kokkos::deep_copy(p, 1.f / atoms);
-  zs::DeviceFloats z("support", atoms);
-  Kokkos::deep_copy(z, 0.25f);
-  Kokkos::View<float**, Kokkos::LayoutRight, zs::MemSpace> q("q", kBatch, reference_actions());
-  zs::bench::time_on_stream(state, stream, [&] {
-    zs::kernels::c51_q_values(stream.exec(), p, zs::ConstDeviceFloats(z), q);
-  });
-  state.SetBytesProcessed(state.iterations() * 100 * p.size() * sizeof(float));
-}
-BENCHMARK(BM_QMonitorC51Q)->UseManualTime()->Unit(benchmark::kMicrosecond);
 
 }  // namespace

@@ -307,85 +307,71 @@ TEST(Acting, SameSeedSameDrawsAndEveryCallDrawsAfresh) {
 
 namespace {
 
+// C51 log-probabilities [B, A_total, atoms] and their Q (z_j = v_min + j·Δz), summed in double and
+// rounded to float as documented, per sample.
 struct C51Input {
-  std::vector<float> probs;                 // [B, A_total, atoms]
-  std::vector<float> support;               // [atoms]
-  std::vector<std::vector<double>> expect;  // Q = Σ p z in double, per sample
+  std::vector<float> logp;
+  float v_min = -10.f, v_max = 10.f;
+  std::vector<std::vector<double>> expect;
 };
 
 C51Input random_c51(std::size_t batch, int a_total, int atoms, std::uint64_t seed) {
   C51Input in;
-  in.support.resize(atoms);
-  for (int j = 0; j < atoms; ++j)
-    in.support[j] = atoms == 1 ? 0.5f : -10.f + 20.f * float(j) / float(atoms - 1);
   const auto logits = zs::test::random_normal(batch * a_total * atoms, seed, 2.f);
-  in.probs.resize(logits.size());
+  in.logp.resize(logits.size());
   in.expect.assign(batch, std::vector<double>(a_total));
+  const float dz = (in.v_max - in.v_min) / float(atoms - 1);
   for (std::size_t r = 0; r < batch * a_total; ++r) {
     double z = 0;
     for (int j = 0; j < atoms; ++j) z += std::exp(double(logits[r * atoms + j]));
     double q = 0;
     for (int j = 0; j < atoms; ++j) {
-      in.probs[r * atoms + j] = static_cast<float>(std::exp(double(logits[r * atoms + j])) / z);
-      q += double(in.probs[r * atoms + j]) * in.support[j];
+      in.logp[r * atoms + j] = static_cast<float>(double(logits[r * atoms + j]) - std::log(z));
+      q += std::exp(double(in.logp[r * atoms + j])) * (in.v_min + j * double(dz));
     }
-    in.expect[r / a_total][r % a_total] = q;
+    in.expect[r / a_total][r % a_total] = static_cast<float>(q);  // the Q every argmax compares: a float
   }
   return in;
 }
 
-ProbView probs_to_device(const C51Input& in, std::size_t batch, int a_total) {
-  const int atoms = static_cast<int>(in.support.size());
-  ProbView p("probs", batch, a_total, atoms);
+ProbView logp_to_device(const C51Input& in, std::size_t batch, int a_total) {
+  const int atoms = static_cast<int>(in.logp.size() / (batch * a_total));
+  ProbView p("logp", batch, a_total, atoms);
   auto h = Kokkos::create_mirror_view(p);
   for (std::size_t b = 0; b < batch; ++b)
     for (int a = 0; a < a_total; ++a)
-      for (int j = 0; j < atoms; ++j) h(b, a, j) = in.probs[(b * a_total + a) * atoms + j];
+      for (int j = 0; j < atoms; ++j) h(b, a, j) = in.logp[(b * a_total + a) * atoms + j];
   Kokkos::deep_copy(p, h);
   return p;
 }
 
-std::vector<int> select_c51(zs::Stream& stream, Device& dev, const ProbView& p,
-                            const zs::DeviceFloats& support, const std::vector<int>& branches,
-                            const ActingRng& rng) {
-  Actions actions("actions", p.extent(0), branches.size());
-  Kokkos::deep_copy(actions, -7);
-  zs::kernels::epsilon_greedy_c51(stream.exec(), p, support, branches, dev.epsilon, dev.counter,
-                                  rng, actions);
-  stream.synchronize();
-  const auto h = zs::test::to_host(actions);
-  return std::vector<int>(h.begin(), h.end());
+// The actor's path: Q from the head (kernels/c51_q.hpp), then ε-greedy on it.
+std::vector<int> select_c51(zs::Stream& stream, Device& dev, const ProbView& logp, const C51Input& in,
+                            const std::vector<int>& branches, const ActingRng& rng) {
+  QView q("q", logp.extent(0), logp.extent(1));
+  zs::kernels::q_from_log_probs<zs::ExecSpace>(stream.exec(), logp, in.v_min, in.v_max, q);
+  return select_q(stream, dev, q, branches, rng);
 }
 
 }  // namespace
 
-TEST(Acting, C51PathEqualsTheQPathOnTheSameExpectedValues) {
+TEST(Acting, C51HeadPathMatchesTheDoubleReference) {
   for (const auto& branches : std::vector<std::vector<int>>{{5, 3, 3}, {1}, {7, 1, 13}}) {
-    for (int atoms : {1, 2, 51, 101}) {
+    for (int atoms : {2, 51, 101}) {
       const std::size_t batch = 263;
       const int a_total = total(branches);
       const auto seed = zs::test::fresh_seed();
       SCOPED_TRACE(testing::Message()
                    << branches.size() << " branches, atoms = " << atoms << ", seed = " << seed);
       const auto in = random_c51(batch, a_total, atoms, seed);
-      const auto p = probs_to_device(in, batch, a_total);
-      const auto support = zs::test::to_device(in.support);
-      std::vector<float> q_flat(batch * a_total);
-      for (std::size_t b = 0; b < batch; ++b)
-        for (int a = 0; a < a_total; ++a)
-          q_flat[b * a_total + a] = static_cast<float>(in.expect[b][a]);
-      const auto q = q_to_device(q_flat, batch, a_total);
+      const auto p = logp_to_device(in, batch, a_total);
       zs::Stream stream;
       for (float eps : {0.f, 0.4f}) {
-        Device dq, dc;
-        dq.set_eps(eps);
+        Device dc;
         dc.set_eps(eps);
         const ActingRng rng{seed, 5};
-        const auto from_c51 = select_c51(stream, dc, p, support, branches, rng);
-        EXPECT_EQ(from_c51, host_select(in.expect, branches, eps, rng, 0)) << "eps " << eps;
-        if (atoms > 1) {  // one atom: every Q equal after rounding to float; ties differ
-          EXPECT_EQ(from_c51, select_q(stream, dq, q, branches, rng)) << "eps " << eps;
-        }
+        EXPECT_EQ(select_c51(stream, dc, p, in, branches, rng), host_select(in.expect, branches, eps, rng, 0))
+            << "eps " << eps;
         EXPECT_EQ(dc.count(), 1u);
       }
     }
@@ -398,16 +384,17 @@ TEST(Acting, C51NaNInADistributionNeverWins) {
   const auto seed = zs::test::fresh_seed();
   SCOPED_TRACE(testing::Message() << "seed = " << seed);
   auto in = random_c51(batch, 11, 51, seed);
+  const float dz = (in.v_max - in.v_min) / 50.f;
   for (std::size_t b = 0; b < batch; ++b) {
     // Poison branch 0's greedy action: with NaN (its Q is NaN) on odd samples, with +Inf at a
     // negative atom (its Q is −Inf) on even ones. Either way the runner-up must win.
     std::vector<double> q0(in.expect[b].begin(), in.expect[b].begin() + 5);
     const int best = host_argmax(q0);
-    in.probs[(b * 11 + best) * 51 + (b % 25)] = b % 2 ? kNaN : kInf;
+    in.logp[(b * 11 + best) * 51 + (b % 25)] = b % 2 ? kNaN : kInf;
     for (int a = 0; a < 11; ++a) {
       double q = 0;
-      for (int j = 0; j < 51; ++j) q += double(in.probs[(b * 11 + a) * 51 + j]) * in.support[j];
-      in.expect[b][a] = q;
+      for (int j = 0; j < 51; ++j) q += std::exp(double(in.logp[(b * 11 + a) * 51 + j])) * (in.v_min + j * double(dz));
+      in.expect[b][a] = static_cast<float>(q);
     }
     ASSERT_FALSE(std::isfinite(in.expect[b][best]));
   }
@@ -415,8 +402,7 @@ TEST(Acting, C51NaNInADistributionNeverWins) {
   Device dev;
   dev.set_eps(0.f);
   const ActingRng rng{seed, 0};
-  const auto got = select_c51(stream, dev, probs_to_device(in, batch, 11),
-                              zs::test::to_device(in.support), branches, rng);
+  const auto got = select_c51(stream, dev, logp_to_device(in, batch, 11), in, branches, rng);
   EXPECT_EQ(got, host_select(in.expect, branches, 0.f, rng, 0));
   for (std::size_t b = 0; b < batch; ++b) {
     std::vector<double> q0(in.expect[b].begin(), in.expect[b].begin() + 5);
@@ -432,17 +418,14 @@ TEST(Acting, GraphReplayAdvancesTheCounterAndReadsEpsilonFromDevice) {
   zs::Stream stream;
   Device dev;
   dev.set_eps(0.25f);
-  QView q("q", batch, 11);
   ProbView p("p", batch, 11, 51);
-  zs::DeviceFloats support("support", 51);
-  Actions actions_q("aq", batch, 3), actions_c("ac", batch, 3);
-  zs::DeviceScalar<std::uint64_t> counter_c("counter_c");
+  QView q("q", batch, 11);
+  Actions actions("a", batch, 3);
   const ActingRng rng{seed, 9};
+  const C51Input shape = random_c51(1, 11, 51, seed);  // v_min, v_max
   auto body = [&] {
-    zs::kernels::epsilon_greedy(stream.exec(), q, branches, dev.epsilon, dev.counter, rng,
-                                actions_q);
-    zs::kernels::epsilon_greedy_c51(stream.exec(), p, support, branches, dev.epsilon, counter_c,
-                                    rng, actions_c);
+    zs::kernels::q_from_log_probs<zs::ExecSpace>(stream.exec(), p, shape.v_min, shape.v_max, q);
+    zs::kernels::epsilon_greedy(stream.exec(), q, branches, dev.epsilon, dev.counter, rng, actions);
   };
   body();  // first use outside capture
   stream.synchronize();
@@ -451,22 +434,14 @@ TEST(Acting, GraphReplayAdvancesTheCounterAndReadsEpsilonFromDevice) {
   ASSERT_TRUE(graph.captured());
   const float eps_per_replay[] = {0.f, 0.5f, 1.f, 0.1f};
   for (int replay = 0; replay < 4; ++replay) {
-    const auto s = seed + replay + 1;
-    const auto qin = random_q(batch, 11, s, true);
-    const auto cin = random_c51(batch, 11, 51, s);
-    Kokkos::deep_copy(q, q_to_device(qin.flat, batch, 11));
-    Kokkos::deep_copy(p, probs_to_device(cin, batch, 11));
-    Kokkos::deep_copy(support, zs::test::to_device(cin.support));
+    const auto cin = random_c51(batch, 11, 51, seed + replay + 1);
+    Kokkos::deep_copy(p, logp_to_device(cin, batch, 11));
     dev.set_eps(eps_per_replay[replay]);
     graph.replay(stream);
     stream.synchronize();
     const std::uint64_t call = replay + 1;  // the direct run drew with counter 0
-    const auto aq = zs::test::to_host(actions_q);
-    const auto ac = zs::test::to_host(actions_c);
-    EXPECT_EQ(std::vector<int>(aq.begin(), aq.end()),
-              host_select(qin.rows, branches, eps_per_replay[replay], rng, call))
-        << "replay " << replay;
-    EXPECT_EQ(std::vector<int>(ac.begin(), ac.end()),
+    const auto got = zs::test::to_host(actions);
+    EXPECT_EQ(std::vector<int>(got.begin(), got.end()),
               host_select(cin.expect, branches, eps_per_replay[replay], rng, call))
         << "replay " << replay;
     EXPECT_EQ(dev.count(), call + 1);
@@ -522,32 +497,6 @@ TEST(Acting, BadShapesAreClearErrors) {
                                     dev.counter, rng, actions);
       },
       "33 branches given; expected 1..32");
-  ProbView p("p", 4, 11, 51), p0("p0", 0, 11, 51), pa("pa", 4, 10, 51);
-  zs::DeviceFloats support("z", 51), support50("z50", 50), support0("z0", 0);
-  expect_error(
-      [&] {
-        zs::kernels::epsilon_greedy_c51(stream.exec(), p, support50, {5, 3, 3}, dev.epsilon,
-                                        dev.counter, rng, actions);
-      },
-      "probabilities have 51 atoms; expected 50");
-  expect_error(
-      [&] {
-        zs::kernels::epsilon_greedy_c51(stream.exec(), p, support0, {5, 3, 3}, dev.epsilon,
-                                        dev.counter, rng, actions);
-      },
-      "0 atoms; expected at least 1");
-  expect_error(
-      [&] {
-        zs::kernels::epsilon_greedy_c51(stream.exec(), pa, support, {5, 3, 3}, dev.epsilon,
-                                        dev.counter, rng, actions);
-      },
-      "A_total = 10 actions; expected 11");
-  expect_error(
-      [&] {
-        zs::kernels::epsilon_greedy_c51(stream.exec(), p0, support, {5, 3, 3}, dev.epsilon,
-                                        dev.counter, rng, actions0);
-      },
-      "batch B = 0");
   stream.synchronize();
   EXPECT_EQ(dev.count(), 0u) << "a rejected call advanced the counter";
 }

@@ -56,7 +56,6 @@ struct SpreadCase {
   Kokkos::View<float***, Kokkos::LayoutRight, zs::MemSpace> main_d;
   Kokkos::View<float****, Kokkos::LayoutRight, zs::MemSpace> members_d;
   Kokkos::View<int**, Kokkos::LayoutRight, zs::MemSpace> actions_d;
-  Kokkos::View<int*, zs::MemSpace> cum_d, branch_of_d;
   Kokkos::View<float*, zs::MemSpace> spread_d;
   zs::DeviceScalar<float> mean_d{std::string("zs::test::spread_mean")};
 
@@ -83,20 +82,13 @@ struct SpreadCase {
     member_lp = log_softmax_rows(member_logits, atoms);
     for (int i = 0; i < B; ++i)
       for (int k = 0; k < K(); ++k) actions.push_back(std::uniform_int_distribution<int>(0, branches[k] - 1)(rng));
-    std::vector<int> branch_of;
-    for (int k = 0; k < K(); ++k)
-      for (int a = 0; a < branches[k]; ++a) branch_of.push_back(k);
     main_d = decltype(main_d)("zs::test::main_logp", 2 * B, A(), atoms);
     members_d = decltype(members_d)("zs::test::member_logp", E, B, A(), atoms);
     actions_d = decltype(actions_d)("zs::test::actions", B, K());
-    cum_d = decltype(cum_d)("zs::test::cum", cum.size());
-    branch_of_d = decltype(branch_of_d)("zs::test::branch_of", branch_of.size());
     spread_d = decltype(spread_d)("zs::test::spread", B);
     upload(main_lp, main_d);
     upload(member_lp, members_d);
     upload(actions, actions_d);
-    upload(cum, cum_d);
-    upload(branch_of, branch_of_d);
   }
 
   void run(const zs::Stream& stream) const {
@@ -105,10 +97,7 @@ struct SpreadCase {
     s.logp = members_d;
     s.actions = actions_d;
     s.spread = spread_d;
-    s.table.cum = cum_d;
-    s.table.branch_of = branch_of_d;
-    s.table.branches = K();
-    s.table.actions = A();
+    s.table = zs::kernels::BranchTable::of(branches);
     s.v_min = v_min;
     s.delta = delta();
     zs::kernels::ensemble_spread(stream.exec(), s, mean_d);

@@ -49,7 +49,6 @@ struct QuantileCase {
   std::vector<int> actions, best;
   zs::DeviceFloats q_d, tq_d, tau_d, rewards_d, dones_d, weights_d, d_q_d;
   IntMat actions_d, best_d;
-  Ints cum_d;
   zs::DeviceScalar<float> loss_d{std::string("zs::test::iqn_loss")};
 
   int K() const { return static_cast<int>(cum.size()) - 1; }
@@ -81,10 +80,8 @@ struct QuantileCase {
     d_q_d = zs::test::to_device(std::vector<float>(std::size_t(B) * N * A(), 7.f));
     actions_d = IntMat("zs::test::actions", B, K());
     best_d = IntMat("zs::test::best", B, K());
-    cum_d = Ints("zs::test::cum", cum.size());
     upload(actions, actions_d);
     upload(best, best_d);
-    upload(cum, cum_d);
   }
 
   void run(const zs::Stream& stream) const {
@@ -98,7 +95,7 @@ struct QuantileCase {
     f.dones = dones_d;
     f.weights = weights_d;
     f.d_quantiles = as_mat(d_q_d, B * N, A());
-    f.cum = cum_d;
+    f.table = zs::kernels::BranchTable::of({5, 3, 3});
     f.gamma_n = gamma_n;
     f.kappa = kappa;
     f.n_tau = N;

@@ -11,31 +11,30 @@
 #include "backends/stream.hpp"
 #include "core/config.hpp"
 #include "core/error.hpp"
+#include "kernels/c51_q.hpp"
 #include "kernels/q_stats.hpp"
 #include "train/q_monitor.hpp"
 #include "test_util.hpp"
 
 namespace {
 
-namespace st = zs::kernels::q_stats;
-namespace dv = zs::kernels::q_divergence;
 using QView = Kokkos::View<float**, Kokkos::LayoutRight, zs::MemSpace>;
 using ProbView = Kokkos::View<float***, Kokkos::LayoutRight, zs::MemSpace>;
-using Record = Kokkos::View<double*, zs::MemSpace>;
+using Record = Kokkos::View<zs::kernels::QMonitorRecord, zs::MemSpace>;
 
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
 // ---- naive double references ----
 
-std::vector<double> reference_c51(const std::vector<float>& p, const std::vector<float>& z, int B,
-                                  int A) {
-  const int atoms = static_cast<int>(z.size());
+// Q = Σ_j exp(logp_j)·z_j with z_j = v_min + j·Δz, in double.
+std::vector<double> reference_c51(const std::vector<float>& logp, float v_min, float v_max, int B, int A, int atoms) {
+  const double dz = double((v_max - v_min) / float(atoms - 1));
   std::vector<double> q(std::size_t(B) * A);
   for (int b = 0; b < B; ++b)
     for (int a = 0; a < A; ++a) {
       double s = 0;
-      for (int j = 0; j < atoms; ++j) s += double(p[(std::size_t(b) * A + a) * atoms + j]) * z[j];
+      for (int j = 0; j < atoms; ++j) s += std::exp(double(logp[(std::size_t(b) * A + a) * atoms + j])) * (v_min + j * dz);
       q[std::size_t(b) * A + a] = s;
     }
   return q;
@@ -96,42 +95,46 @@ QView to_device_q(const std::vector<float>& q, int B, int A) {
   return d;
 }
 
-std::vector<double> run_stats(const std::vector<float>& q, int B, int A) {
+zs::kernels::QMonitorRecord poisoned() {
+  zs::kernels::QMonitorRecord r;
+  r.batch = {-12345.0, -12345.0, -12345.0, -12345.0};
+  r.row = {-12345.0, -12345.0, -12345.0, -12345.0, -12345.0};
+  return r;
+}
+
+zs::kernels::QBatchSummary run_stats(const std::vector<float>& q, int B, int A) {
   zs::Stream stream;
-  Record rec("stats", st::size);
-  Kokkos::deep_copy(rec, -12345.0);  // poison
+  Record rec("stats");
+  Kokkos::deep_copy(rec, poisoned());
   zs::kernels::q_batch_stats(stream.exec(), to_device_q(q, B, A), rec);
   stream.synchronize();
-  return zs::test::to_host(rec);
+  zs::kernels::QMonitorRecord h;
+  Kokkos::deep_copy(h, rec);
+  return h.batch;
 }
 
-std::vector<double> run_divergence(const std::vector<float>& q, int B, int A, int sample,
-                                   double threshold) {
+zs::kernels::QRowSummary run_divergence(const std::vector<float>& q, int B, int A, int sample, double threshold) {
   zs::Stream stream;
-  Record rec("div", dv::size);
-  Kokkos::deep_copy(rec, -12345.0);
+  Record rec("div");
+  Kokkos::deep_copy(rec, poisoned());
   zs::kernels::q_divergence_check(stream.exec(), to_device_q(q, B, A), rec, sample, threshold);
   stream.synchronize();
-  return zs::test::to_host(rec);
+  zs::kernels::QMonitorRecord h;
+  Kokkos::deep_copy(h, rec);
+  return h.row;
 }
 
-// Softmaxed random logits, so every row is a proper distribution.
-std::vector<float> random_probs(int B, int A, int atoms, std::uint64_t seed) {
+// Log-softmaxed random logits, so every row is a proper distribution.
+std::vector<float> random_logp(int B, int A, int atoms, std::uint64_t seed) {
   auto logits = zs::test::random_normal(std::size_t(B) * A * atoms, seed, 2.f);
   for (std::size_t row = 0; row < std::size_t(B) * A; ++row) {
     float* l = logits.data() + row * atoms;
     const float m = *std::max_element(l, l + atoms);
     double s = 0;
     for (int j = 0; j < atoms; ++j) s += std::exp(double(l[j]) - m);
-    for (int j = 0; j < atoms; ++j) l[j] = float(std::exp(double(l[j]) - m) / s);
+    for (int j = 0; j < atoms; ++j) l[j] = float(double(l[j]) - m - std::log(s));
   }
   return logits;
-}
-
-std::vector<float> linear_support(int atoms, float lo = -10.f, float hi = 10.f) {
-  std::vector<float> z(atoms);
-  for (int j = 0; j < atoms; ++j) z[j] = atoms == 1 ? 0.f : lo + (hi - lo) * float(j) / float(atoms - 1);
-  return z;
 }
 
 double sum_abs(const std::vector<float>& v) {
@@ -173,41 +176,6 @@ zs::QRecord clean_record() {
 
 // ---- kernels ----
 
-TEST(QMonitor, C51QValuesMatchDoubleReference) {
-  const int reference_atoms = zs::Config{}.atoms;
-  struct Shape {
-    int B, A, atoms;
-  };
-  for (const auto& s : {Shape{1, 1, 1}, Shape{1, 1, reference_atoms}, Shape{2, 3, 2},
-                        Shape{7, 11, reference_atoms}, Shape{256, 11, reference_atoms},
-                        Shape{31, 5, 101}, Shape{4099, 13, 53}}) {
-    const auto seed = zs::test::fresh_seed();
-    SCOPED_TRACE(testing::Message() << "B " << s.B << ", A " << s.A << ", atoms " << s.atoms
-                                    << ", seed " << seed);
-    const auto p = random_probs(s.B, s.A, s.atoms, seed);
-    const auto z = linear_support(s.atoms);
-    const auto ref = reference_c51(p, z, s.B, s.A);
-
-    zs::Stream stream;
-    ProbView dp("probs", s.B, s.A, s.atoms);
-    {
-      auto h = Kokkos::create_mirror_view(dp);
-      std::copy(p.begin(), p.end(), h.data());
-      Kokkos::deep_copy(dp, h);
-    }
-    auto dz = zs::test::to_device(z);
-    QView dq("q", s.B, s.A);
-    Kokkos::deep_copy(dq, kNaN);  // poison
-    zs::kernels::c51_q_values(stream.exec(), dp, zs::ConstDeviceFloats(dz), dq);
-    stream.synchronize();
-    const auto q = zs::test::to_host(dq);
-    for (std::size_t i = 0; i < ref.size(); ++i) {
-      // Summed in double, rounded once to float.
-      ASSERT_NEAR(q[i], ref[i], 1e-7 * std::fabs(ref[i]) + 1e-30) << "element " << i;
-    }
-  }
-}
-
 TEST(QMonitor, BatchStatsMatchDoubleReference) {
   const int reference_actions = 11;  // branches {5, 3, 3}
   for (int B : {1, 2, 3, 31, 256, 1031, 4099}) {
@@ -218,10 +186,10 @@ TEST(QMonitor, BatchStatsMatchDoubleReference) {
       const auto ref = reference_stats(q, B, A);
       const auto got = run_stats(q, B, A);
       const double tol = 1e-13 * sum_abs(q) / B;  // only the summation order differs
-      EXPECT_EQ(got[st::max_q_min], ref.max_q_min);  // min/max of floats are exact
-      EXPECT_EQ(got[st::max_q_max], ref.max_q_max);
-      EXPECT_NEAR(got[st::max_q_mean], ref.max_q_mean, tol);
-      EXPECT_NEAR(got[st::mean_all], ref.mean_all, tol);
+      EXPECT_EQ(got.max_q_min, ref.max_q_min);  // min/max of floats are exact
+      EXPECT_EQ(got.max_q_max, ref.max_q_max);
+      EXPECT_NEAR(got.max_q_mean, ref.max_q_mean, tol);
+      EXPECT_NEAR(got.mean_all, ref.mean_all, tol);
     }
   }
 }
@@ -237,11 +205,11 @@ TEST(QMonitor, DivergenceCheckMatchesDoubleReference) {
           const auto ref = reference_divergence(q, A, sample, 1e4);
           const auto got = run_divergence(q, B, A, sample, 1e4);
           const double tol = 1e-13 * (sum_abs(q) / B + 1);
-          EXPECT_EQ(got[dv::min], ref.min);
-          EXPECT_EQ(got[dv::max], ref.max);
-          EXPECT_NEAR(got[dv::mean], ref.mean, tol);
-          EXPECT_NEAR(got[dv::variance], ref.variance, 1e-12 * (ref.variance + 1));
-          EXPECT_EQ(got[dv::flag], ref.flag ? 1.0 : 0.0) << "scale " << scale;
+          EXPECT_EQ(got.min, ref.min);
+          EXPECT_EQ(got.max, ref.max);
+          EXPECT_NEAR(got.mean, ref.mean, tol);
+          EXPECT_NEAR(got.variance, ref.variance, 1e-12 * (ref.variance + 1));
+          EXPECT_EQ(got.flag, ref.flag ? 1.0 : 0.0) << "scale " << scale;
         }
       }
     }
@@ -261,7 +229,7 @@ TEST(QMonitor, DivergenceThresholdIsStrict) {
     SCOPED_TRACE(testing::Message() << "row[0] " << c.row[0]);
     const int A = static_cast<int>(c.row.size());
     const auto got = run_divergence(c.row, 1, A, 0, threshold);
-    EXPECT_EQ(got[dv::flag], c.flag ? 1.0 : 0.0);
+    EXPECT_EQ(got.flag, c.flag ? 1.0 : 0.0);
   }
 }
 
@@ -278,26 +246,26 @@ TEST(QMonitor, NonFiniteQIsFlaggedAndSkippedByMinMax) {
     q[std::size_t(sample) * A + where] = bad;
     const auto rd = reference_divergence(q, A, sample, 1e4);
     const auto d = run_divergence(q, B, A, sample, 1e4);
-    EXPECT_EQ(d[dv::flag], 1.0);
-    EXPECT_EQ(d[dv::min], rd.min);
-    EXPECT_EQ(d[dv::max], rd.max);
-    EXPECT_TRUE(std::isnan(d[dv::mean]) || std::isinf(d[dv::mean]));
+    EXPECT_EQ(d.flag, 1.0);
+    EXPECT_EQ(d.min, rd.min);
+    EXPECT_EQ(d.max, rd.max);
+    EXPECT_TRUE(std::isnan(d.mean) || std::isinf(d.mean));
 
     const auto rs = reference_stats(q, B, A);
     const auto s = run_stats(q, B, A);
-    EXPECT_EQ(s[st::max_q_min], rs.max_q_min);
-    EXPECT_EQ(s[st::max_q_max], rs.max_q_max);
-    EXPECT_FALSE(std::isfinite(s[st::mean_all]));
+    EXPECT_EQ(s.max_q_min, rs.max_q_min);
+    EXPECT_EQ(s.max_q_max, rs.max_q_max);
+    EXPECT_FALSE(std::isfinite(s.mean_all));
   }
   // A row of nothing but NaN: the empty-set min and max, and flagged.
   const auto d = run_divergence({kNaN, kNaN}, 1, 2, 0, 1e4);
-  EXPECT_EQ(d[dv::min], INFINITY);
-  EXPECT_EQ(d[dv::max], -INFINITY);
-  EXPECT_EQ(d[dv::flag], 1.0);
+  EXPECT_EQ(d.min, INFINITY);
+  EXPECT_EQ(d.max, -INFINITY);
+  EXPECT_EQ(d.flag, 1.0);
   // A batch of +Inf rows: min and max of max-Q are both +Inf, not the reducers' DBL_MAX.
   const auto s = run_stats({kInf, kInf, kInf}, 3, 1);
-  EXPECT_EQ(s[st::max_q_min], INFINITY);
-  EXPECT_EQ(s[st::max_q_max], INFINITY);
+  EXPECT_EQ(s.max_q_min, INFINITY);
+  EXPECT_EQ(s.max_q_max, INFINITY);
 }
 
 TEST(QMonitor, AllEqualQHasZeroVariance) {
@@ -306,30 +274,29 @@ TEST(QMonitor, AllEqualQHasZeroVariance) {
     const int B = 257, A = 11;
     const std::vector<float> q(std::size_t(B) * A, value);
     const auto s = run_stats(q, B, A);
-    EXPECT_EQ(s[st::max_q_min], value);
-    EXPECT_EQ(s[st::max_q_max], value);
-    EXPECT_EQ(s[st::max_q_mean], value);
-    EXPECT_EQ(s[st::mean_all], value);
+    EXPECT_EQ(s.max_q_min, value);
+    EXPECT_EQ(s.max_q_max, value);
+    EXPECT_EQ(s.max_q_mean, value);
+    EXPECT_EQ(s.mean_all, value);
     const auto d = run_divergence(q, B, A, 100, 1e4);
-    EXPECT_EQ(d[dv::min], value);
-    EXPECT_EQ(d[dv::max], value);
-    EXPECT_EQ(d[dv::mean], value);
-    EXPECT_EQ(d[dv::variance], 0.0);
-    EXPECT_EQ(d[dv::flag], 0.0);
+    EXPECT_EQ(d.min, value);
+    EXPECT_EQ(d.max, value);
+    EXPECT_EQ(d.mean, value);
+    EXPECT_EQ(d.variance, 0.0);
+    EXPECT_EQ(d.flag, 0.0);
   }
 }
 
 TEST(QMonitor, EmptyOrMismatchedShapesAreClearErrors) {
   zs::Stream stream;
   const auto& exec = stream.exec();
-  Record stats("stats", st::size), div("div", dv::size), short_rec("short", 3);
+  Record stats("stats"), div("div"), none;
   QView q("q", 4, 11);
   expect_error([&] { zs::kernels::q_batch_stats(exec, QView("q", 0, 11), stats); },
                "q_batch_stats: Q has batch size B = 0; expected B >= 1");
   expect_error([&] { zs::kernels::q_batch_stats(exec, QView("q", 4, 0), stats); },
                "q_batch_stats: Q has A = 0 actions; expected A >= 1");
-  expect_error([&] { zs::kernels::q_batch_stats(exec, q, short_rec); },
-               "q_batch_stats: record has 3 slots; expected 4");
+  expect_error([&] { zs::kernels::q_batch_stats(exec, q, none); }, "q_batch_stats: the record is not allocated");
   expect_error([&] { zs::kernels::q_divergence_check(exec, QView("q", 0, 3), div); },
                "q_divergence_check: Q has batch size B = 0");
   expect_error([&] { zs::kernels::q_divergence_check(exec, q, div, 4); },
@@ -338,19 +305,14 @@ TEST(QMonitor, EmptyOrMismatchedShapesAreClearErrors) {
                "sample = -1 is out of range");
   expect_error([&] { zs::kernels::q_divergence_check(exec, q, div, 0, 0.0); },
                "threshold = 0 is invalid");
-  expect_error([&] { zs::kernels::q_divergence_check(exec, q, stats); },
-               "q_divergence_check: record has 4 slots; expected 5");
+  expect_error([&] { zs::kernels::q_divergence_check(exec, q, none); },
+               "q_divergence_check: the record is not allocated");
 
   ProbView p("p", 4, 11, 51);
-  zs::DeviceFloats z51("z", 51), z50("z", 50);
-  expect_error([&] { zs::kernels::c51_q_values(exec, p, z50, q); },
-               "c51_q_values: support has 50 atoms; expected 51");
-  expect_error([&] { zs::kernels::c51_q_values(exec, p, z51, QView("q", 4, 10)); },
-               "c51_q_values: Q is 4 x 10; expected 4 x 11");
-  expect_error([&] { zs::kernels::c51_q_values(exec, ProbView("p", 0, 11, 51), z51, q); },
-               "c51_q_values: probabilities have batch size B = 0");
-  expect_error([&] { zs::kernels::c51_q_values(exec, ProbView("p", 4, 11, 0), zs::DeviceFloats("z", 0), q); },
-               "c51_q_values: probabilities have 0 atoms");
+  expect_error([&] { zs::kernels::q_from_log_probs<zs::ExecSpace>(exec, p, -1.f, 1.f, QView("q", 4, 10)); },
+               "q_from_log_probs: log-probs are [4, 11, atoms], Q is [4, 10]");
+  expect_error([&] { zs::kernels::q_from_log_probs<zs::ExecSpace>(exec, ProbView("p", 4, 11, 1), -1.f, 1.f, q); },
+               "q_from_log_probs: 1 atoms; expected at least 2");
 
   zs::QMonitor monitor;  // sample 0 of an empty batch
   expect_error([&] { monitor.observe(exec, QView("q", 0, 11)); }, "B = 0");
@@ -513,16 +475,16 @@ TEST(QMonitor, ObserveAndPollStopAfterThreeDivergedObservations) {
 
 TEST(QMonitor, GraphCaptureReplaysC51QAndObserveWithFreshInputs) {
   const int B = 256, A = 11, atoms = zs::Config{}.atoms;
+  const float v_min = -2e4f, v_max = 2e4f;  // wide: some replays diverge
   zs::Stream stream;
-  ProbView dp("probs", B, A, atoms);
-  auto dz = zs::test::to_device(linear_support(atoms, -2e4f, 2e4f));  // wide: some replays diverge
+  ProbView dp("logp", B, A, atoms);
   QView dq("q", B, A);
   zs::QMonitorConfig config;
   config.sample = 101;
   config.patience = 1000;  // this test checks values, not the stop
   zs::QMonitor monitor(config);
   auto body = [&] {
-    zs::kernels::c51_q_values(stream.exec(), dp, zs::ConstDeviceFloats(dz), dq);
+    zs::kernels::q_from_log_probs<zs::ExecSpace>(stream.exec(), dp, v_min, v_max, dq);
     monitor.observe(stream.exec(), dq);
   };
   body();  // first use sizes Kokkos' reduction scratch outside capture
@@ -531,12 +493,11 @@ TEST(QMonitor, GraphCaptureReplaysC51QAndObserveWithFreshInputs) {
   graph.capture(stream, body);
   ASSERT_TRUE(graph.captured());
 
-  const auto z = linear_support(atoms, -2e4f, 2e4f);
   auto host_p = Kokkos::create_mirror_view(dp);
   for (int replay = 0; replay < 6; ++replay) {
     const auto seed = zs::test::fresh_seed();
     SCOPED_TRACE(testing::Message() << "replay " << replay << ", seed " << seed);
-    const auto p = random_probs(B, A, atoms, seed);
+    const auto p = random_logp(B, A, atoms, seed);
     std::copy(p.begin(), p.end(), host_p.data());
     Kokkos::deep_copy(dp, host_p);
     graph.replay(stream);
@@ -548,7 +509,7 @@ TEST(QMonitor, GraphCaptureReplaysC51QAndObserveWithFreshInputs) {
 
     // The reference works from the kernel's own float Q, checked against Σ p·z separately.
     const auto q = zs::test::to_host(dq);
-    const auto qd = reference_c51(p, z, B, A);
+    const auto qd = reference_c51(p, v_min, v_max, B, A, atoms);
     for (std::size_t i = 0; i < q.size(); ++i)
       ASSERT_NEAR(q[i], qd[i], 1e-7 * std::fabs(qd[i]) + 1e-30) << "element " << i;
     const auto rs = reference_stats(q, B, A);

@@ -197,6 +197,45 @@ TEST(Trainer, NaNBatchTripsTheGuardAndChangesNothing) {
   EXPECT_EQ(tr.metrics()->running.skipped, 3);
 }
 
+// hard_update_every = K: the target is a copy of the online net after every K-th applied update
+// and untouched between them (no Polyak drift); a skipped step neither copies nor moves the
+// period. Graph replay, as train runs it.
+TEST(Trainer, HardTargetUpdateEveryKAppliedSteps) {
+  const auto seed = zs::test::fresh_seed();
+  SCOPED_TRACE(testing::Message() << "seed " << seed);
+  auto j = small_config(seed).to_json();
+  j["hard_update_every"] = 3;
+  const auto c = zs::Config::from_json(j);
+  zs::TrainerOptions opt;
+  opt.batch_size = 6;
+  zs::Trainer tr(c, opt);
+  const auto hb = zs::random_batch(c, 6, seed + 1);
+  auto bad = hb;
+  bad.rewards[2] = std::nanf("");
+  auto last_copy = host_copy(tr.target().flat());
+  int applied = 0;
+  for (int s = 0; s < 9; ++s) {
+    const bool poisoned = s == 4;  // the 5th step trips the guard: updates 1 2 3 4 _ 5 6 7 8
+    zs::upload(tr.stream().exec(), c, poisoned ? bad : hb, tr.batch());
+    tr.step();
+    tr.synchronize();
+    ASSERT_EQ(tr.metrics()->halt_nan, poisoned) << "step " << s;
+    if (!poisoned) ++applied;
+    const auto target = host_copy(tr.target().flat()), online = host_copy(tr.online().flat());
+    if (!poisoned && applied % 3 == 0) {
+      EXPECT_TRUE(zs::test::same_bits(target, online)) << "update " << applied << " copies the online net";
+      last_copy = target;
+    } else {
+      EXPECT_TRUE(zs::test::same_bits(target, last_copy)) << "step " << s << ": no copy, no drift";
+      EXPECT_FALSE(zs::test::same_bits(target, online)) << "step " << s;
+    }
+  }
+  EXPECT_EQ(applied, 8);
+  j["hard_update_every"] = -1;
+  EXPECT_NE(zs::test::error_of([&] { zs::Config::from_json(j); }).find("hard_update_every = -1 is invalid"),
+            std::string::npos);
+}
+
 TEST(Trainer, BadBatchIsAClearError) {
   const auto c = small_config(1);
   zs::TrainerOptions opt;

@@ -8,23 +8,9 @@
 #include "backends/backend.hpp"
 #include "core/error.hpp"
 #include "backends/host_copy.hpp"
+#include "kernels/branch_table.hpp"
 
 namespace zs::kernels {
-
-// Where branch outputs live. All branches' output layers write into one flat buffer, branch k
-// as a contiguous [rows, n_k·atoms] matrix starting at rows·cum[k]·atoms, so each branch's GEMM
-// writes a plain row-major matrix and this kernel finds any (row, action, atom) by arithmetic.
-template <class Exec>
-struct BranchTable {
-  Kokkos::View<const int*, typename Exec::memory_space> cum;        // [K + 1]: first action of branch k
-  Kokkos::View<const int*, typename Exec::memory_space> branch_of;  // [A]: branch of global action g
-  int branches = 0, actions = 0;
-
-  KOKKOS_INLINE_FUNCTION std::size_t index(int rows, int atoms, int k, int r, int a, int j) const {
-    const int n = cum(k + 1) - cum(k);
-    return static_cast<std::size_t>(rows) * cum(k) * atoms + (static_cast<std::size_t>(r) * n + a) * atoms + j;
-  }
-};
 
 // The log-softmax over atoms of one (row, action) on a team thread's vector lanes (a warp on
 // CUDA: the max and the sum are shuffles, no team barrier). logit(j) gives the dueling logit;
@@ -62,7 +48,7 @@ struct DuelingLogSoftmax {
   Kokkos::View<const float**, Kokkos::LayoutRight, MS, Kokkos::MemoryUnmanaged> value;  // [R, atoms]
   Kokkos::View<const float*, MS, Kokkos::MemoryUnmanaged> branch_out;                  // flat, see BranchTable
   Kokkos::View<float***, Kokkos::LayoutRight, MS> logp;                                 // [R, A, atoms]
-  BranchTable<Exec> table;
+  BranchTable table;
   int pairs_per_team = 1;
 
   // A team thread per (row, action), its vector lanes over atoms.
@@ -104,7 +90,7 @@ struct DuelingBatch {
   using Member = typename Kokkos::TeamPolicy<Exec>::member_type;
   Kokkos::View<const DuelingEntry*, MS> entries;
   Kokkos::View<const std::uintptr_t*, MS> branch_biases;  // per entry, K pointers: branch k's [n_k·atoms]
-  BranchTable<Exec> table;
+  BranchTable table;
   int atoms = 0, max_rows = 0, units_per_team = 1;
 
   // Team scratch per unit: the value logits, the branch's action mean, one action's logits.
@@ -162,7 +148,7 @@ class DuelingLaunch {
   DuelingLaunch() = default;
   // branch_biases: per entry with branch_bias >= 0, K pointers from that index on.
   DuelingLaunch(const std::vector<DuelingEntry>& entries, const std::vector<const float*>& branch_biases,
-                const BranchTable<Exec>& table, int atoms)
+                const BranchTable& table, int atoms)
       : table_(table), atoms_(atoms) {
     require(!entries.empty() && atoms >= 1, "DuelingLaunch: ", entries.size(), " entries of ", atoms,
             " atoms; expected at least one entry and one atom");
@@ -193,7 +179,7 @@ class DuelingLaunch {
  private:
   Kokkos::View<DuelingEntry*, typename Exec::memory_space> entries_;
   Kokkos::View<std::uintptr_t*, typename Exec::memory_space> biases_;
-  BranchTable<Exec> table_;
+  BranchTable table_;
   int atoms_ = 0, max_rows_ = 0;
 };
 
@@ -203,7 +189,7 @@ void dueling_log_softmax(const Exec& exec,
                                             Kokkos::MemoryUnmanaged>& value,
                          const Kokkos::View<const float*, typename Exec::memory_space, Kokkos::MemoryUnmanaged>& branch_out,
                          const Kokkos::View<float***, Kokkos::LayoutRight, typename Exec::memory_space>& logp,
-                         const BranchTable<Exec>& table) {
+                         const BranchTable& table) {
   const std::size_t rows = logp.extent(0), actions = logp.extent(1), atoms = logp.extent(2);
   require(value.extent(0) == rows && value.extent(1) == atoms, "dueling_log_softmax: value stream is [",
           value.extent(0), ", ", value.extent(1), "]; expected [", rows, ", ", atoms, "]");

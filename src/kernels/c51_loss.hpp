@@ -1,13 +1,16 @@
 // The C51 double-DQN loss of one batch, and its gradient with respect to the head's outputs.
-// Per sample and branch: a* = argmax_a Σ_j softmax(q_online(s′))·z (lowest index on ties);
+// Per sample and branch: a* = the greedy action of Q(s′, ·) from the online net (kernels/c51_q.hpp,
+// the same Q and tie rule acting uses);
 // project r + γⁿ(1 − done)·z, weighted by the target net's distribution at a*, onto the support;
 // cross-entropy against the online log-probabilities of the taken action.
 #pragma once
 #include <cmath>
+#include <cstdint>
 
 #include "backends/backend.hpp"
 #include "core/error.hpp"
 #include "kernels/c51_head.hpp"
+#include "kernels/c51_q.hpp"
 #include "kernels/math.hpp"
 
 namespace zs::kernels {
@@ -33,7 +36,7 @@ struct C51Loss {
   Kokkos::View<int**, Kokkos::LayoutRight, MS> best;                  // [B, K] out: a*
   Kokkos::View<float**, Kokkos::LayoutRight, MS, Kokkos::MemoryUnmanaged> d_value;  // [B, atoms] out
   Kokkos::View<float*, MS, Kokkos::MemoryUnmanaged> d_branch_out;                   // flat [B·A·atoms] out
-  BranchTable<Exec> table;
+  BranchTable table;
   Support sup;
 
   // Position of atom j's shifted support point r + γⁿ(1 − done)·z_j on the support, in atoms.
@@ -57,28 +60,21 @@ struct C51Loss {
     const bool finite_inputs = is_finite(rewards(i)) && is_finite(dones(i)) && is_finite(weights(i));
     float* const ce_of = static_cast<float*>(team.team_scratch(0).get_shmem(sizeof(float) * K));
     float* const dq_of = static_cast<float*>(team.team_scratch(0).get_shmem(sizeof(float) * K * atoms));
-    float* const pz_of = static_cast<float*>(team.team_scratch(0).get_shmem(sizeof(float) * table.actions * atoms));
     float* const source_of =
         host ? nullptr : static_cast<float*>(team.team_scratch(0).get_shmem(sizeof(float) * K * 2 * atoms));
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, K), [&](const int k) {
       const int c0 = table.cum(k), n = table.cum(k + 1) - c0;
-      // Every action's p_j·z_j of s′ first, in one pass whose loads are all in flight together,
-      // then one sum per action; summing while loading waited out a load per action.
-      float* const pz = pz_of + c0 * atoms;
-      Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, n * atoms), [&](const int x) {
-        pz[x] = ::expf(logp_online(B + i, c0 + x / atoms, x % atoms)) * sup.z(x % atoms);
-      });
-      int a_star = 0;
-      float q_best = 0.f;
-      for (int a = 0; a < n; ++a) {
-        float q = 0.f;
-        Kokkos::parallel_reduce(
-            Kokkos::ThreadVectorRange(team, atoms), [&](const int j, float& acc) { acc += pz[a * atoms + j]; }, q);
-        if (a == 0 || q > q_best) {  // lowest index on ties; NaN never wins
-          q_best = q;
-          a_star = a;
-        }
-      }
+      // a*: each vector lane takes one action's Q (a serial sum over the atoms, as acting forms
+      // it), and the lanes keep the greatest greedy key.
+      std::uint64_t key = 0;
+      Kokkos::parallel_reduce(
+          Kokkos::ThreadVectorRange(team, n),
+          [&](const int a, std::uint64_t& best_key) {
+            const std::uint64_t k_a = greedy_key(c51_q(&logp_online(B + i, c0 + a, 0), atoms, sup.v_min, sup.delta()), a);
+            if (k_a > best_key) best_key = k_a;
+          },
+          Kokkos::Max<std::uint64_t>(key));
+      const int a_star = greedy_of(key);
       // Categorical projection: p(⌈b⌉ − b) to ⌊b⌋ and p(b − ⌊b⌋) to ⌈b⌉, all of p when b is a
       // support point. The host scatters, in atom order. Lanes gather instead — target atom j
       // takes p_l·(1 − |b_l − j|) from every source atom within one atom of it — the same split
@@ -176,11 +172,10 @@ void c51_loss(const Exec& exec, const C51Loss<Exec>& f, const Kokkos::View<float
   constexpr bool host = Kokkos::SpaceAccessibility<Kokkos::HostSpace, typename Exec::memory_space>::accessible;
   const int K = f.table.branches;
   Kokkos::TeamPolicy<Exec> policy(exec, static_cast<int>(B), host ? 1 : (K < 32 ? K : 32), host ? 1 : 32);
-  // Scratch blocks: CE per branch, value-gradient rows per branch, p·z of every action and, on a
-  // device, each branch's source positions and probabilities; Kokkos aligns each block.
+  // Scratch blocks: CE per branch, value-gradient rows per branch and, on a device, each branch's
+  // source positions and probabilities; Kokkos aligns each block.
   const int sources = host ? 0 : 2 * K * f.sup.atoms;
-  policy.set_scratch_size(
-      0, Kokkos::PerTeam(sizeof(float) * (K + K * f.sup.atoms + f.table.actions * f.sup.atoms + sources) + 192));
+  policy.set_scratch_size(0, Kokkos::PerTeam(sizeof(float) * (K + K * f.sup.atoms + sources) + 192));
   Kokkos::parallel_reduce("zs::c51_loss", policy, f, loss);
 }
 

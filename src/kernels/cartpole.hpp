@@ -138,7 +138,7 @@ void cartpole_reset(const Exec& exec,
   Kokkos::parallel_for("zs::cartpole_reset",
                        Kokkos::RangePolicy<Exec, Kokkos::IndexType<std::int64_t>>(exec, 0, n),
                        CartPoleReset<Exec>{state, obs, next_obs, stats, counter, p, seed});
-  acting_impl::advance(exec, counter);
+  advance_counter(exec, counter);
 }
 
 // Enqueues one step of every cart-pole (actions [N, 1]) then the RNG counter's increment.
@@ -159,7 +159,7 @@ void cartpole_step(const Exec& exec,
                        Kokkos::RangePolicy<Exec, Kokkos::IndexType<std::int64_t>>(
                            exec, 0, static_cast<std::int64_t>(n)),
                        CartPoleStep<Exec>{state, obs, next_obs, actions, stats, counter, p, seed});
-  acting_impl::advance(exec, counter);
+  advance_counter(exec, counter);
 }
 
 }  // namespace zs::kernels

@@ -23,7 +23,7 @@ struct CqlLoss {
   Kokkos::View<const int**, Kokkos::LayoutRight, MS> actions;         // [B, K]
   Kokkos::View<float**, Kokkos::LayoutRight, MS, Kokkos::MemoryUnmanaged> d_value;  // [B, atoms] out
   Kokkos::View<float*, MS, Kokkos::MemoryUnmanaged> d_branch_out;                   // flat [B·A·atoms] out
-  BranchTable<Exec> table;
+  BranchTable table;
   float v_min, delta, alpha;
   int batch;
   int widest;  // actions of the largest branch (checked against kCqlMaxActions)

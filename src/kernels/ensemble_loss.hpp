@@ -22,7 +22,7 @@ struct EnsembleLoss {
   Kokkos::View<const float*, MS> weights;                             // [B]
   Kokkos::View<float***, Kokkos::LayoutRight, MS> d_value;            // [E, B, atoms] out
   Kokkos::View<float**, Kokkos::LayoutRight, MS> d_branch_out;        // [E, B·A·atoms] out (BranchTable per member)
-  BranchTable<Exec> table;
+  BranchTable table;
 
   // One team per (member e, sample i), threads over atoms. L_ie = (1/K)·Σ_k CE(m_ik, p_e(s_i, a_ik));
   // loss = (1/E)·Σ_e (1/B)·Σ_i w_i·L_ie; gradients as in C51 (softmax·Σm − m, through the dueling mean).
@@ -92,7 +92,7 @@ struct EnsembleSpread {
   Kokkos::View<const float****, Kokkos::LayoutRight, MS> logp;        // [E, B, A, atoms]
   Kokkos::View<const int**, Kokkos::LayoutRight, MS> actions;         // [B, K]
   Kokkos::View<float*, MS> spread;                                    // [B] out
-  BranchTable<Exec> table;
+  BranchTable table;
   float v_min, delta;
 
   // spread_i = (1/K)·Σ_k std over the E + 1 heads of Q(s_i, a_ik) (population std, Q = Σ_j p_j·z_j).

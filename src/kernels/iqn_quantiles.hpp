@@ -7,7 +7,8 @@
 
 #include "backends/backend.hpp"
 #include "core/error.hpp"
-#include "kernels/acting.hpp"
+#include "kernels/branch_table.hpp"
+#include "kernels/counter_rng.hpp"
 #include "kernels/c51_head.hpp"
 #include "kernels/math.hpp"
 
@@ -162,7 +163,7 @@ struct IqnLoss {
   Kokkos::View<const int**, Kokkos::LayoutRight, MS> actions, best;  // [B, K]
   Kokkos::View<const float*, MS> rewards, dones, weights;            // [B]
   IqnMat<Exec> d_quantiles;                       // [B·N, A] out
-  Kokkos::View<const int*, MS> cum;               // [K + 1], cum(K) = A: the branches partition the actions
+  BranchTable table;                              // the branches partition the A actions
   float gamma_n, kappa;
   int n_tau, n_tau_target;
 
@@ -173,7 +174,7 @@ struct IqnLoss {
   // the same bits (graph replay equals direct launch), where float atomics would not.
   KOKKOS_INLINE_FUNCTION void operator()(const Member& team, float& loss_sum) const {
     const int B = static_cast<int>(rewards.extent(0));
-    const int K = static_cast<int>(cum.extent(0)) - 1, N = n_tau, M = n_tau_target;
+    const int K = table.branches, N = n_tau, M = n_tau_target;
     const int i = team.league_rank();
     const float w = weights(i);
     const float coef = w / static_cast<float>(B * K * M);
@@ -183,7 +184,7 @@ struct IqnLoss {
         Kokkos::TeamThreadRange(team, K * N),
         [&](const int kn, float& acc) {
           const int k = kn / N, n = kn % N;
-          const int c0 = cum(k), width = cum(k + 1) - c0, taken = actions(i, k), star = best(i, k);
+          const int c0 = table.cum(k), width = table.size(k), taken = actions(i, k), star = best(i, k);
           const bool valid = taken >= 0 && taken < width && star >= 0 && star < width;
           const int t = valid ? taken : 0, a2 = c0 + (valid ? star : 0);
           const float theta = quantiles(i * N + n, c0 + t), tn = tau(i * N + n);
@@ -205,7 +206,7 @@ struct IqnLoss {
 
 template <class Exec>
 void iqn_loss(const Exec& exec, const IqnLoss<Exec>& f, const Kokkos::View<float, typename Exec::memory_space>& loss) {
-  const std::size_t B = f.rewards.extent(0), K = f.cum.extent(0) > 0 ? f.cum.extent(0) - 1 : 0;
+  const std::size_t B = f.rewards.extent(0), K = static_cast<std::size_t>(f.table.branches);
   require(B > 0, "iqn_loss: empty batch (B = 0); expected at least 1 sample");
   require(f.n_tau >= 1 && f.n_tau_target >= 1, "iqn_loss: n_tau = ", f.n_tau, ", n_tau_target = ", f.n_tau_target,
           "; expected at least 1 each");
@@ -216,6 +217,8 @@ void iqn_loss(const Exec& exec, const IqnLoss<Exec>& f, const Kokkos::View<float
           "iqn_loss: quantiles [", f.quantiles.extent(0), ", ", f.quantiles.extent(1), "], target [",
           f.target_quantiles.extent(0), ", ", f.target_quantiles.extent(1), "], d_quantiles [", f.d_quantiles.extent(0),
           ", ", f.d_quantiles.extent(1), "], tau [", f.tau.extent(0), "]; expected [B·n_tau, A], [B·n_tau_target, A], [B·n_tau, A] and >= B·n_tau τ");
+  require(f.quantiles.extent(1) == static_cast<std::size_t>(f.table.actions), "iqn_loss: quantiles have ",
+          f.quantiles.extent(1), " actions; expected ", f.table.actions, " (the branch table's)");
   require(f.actions.extent(0) == B && f.best.extent(0) == B && f.actions.extent(1) == K && f.best.extent(1) == K &&
               f.dones.extent(0) == B && f.weights.extent(0) == B,
           "iqn_loss: actions [", f.actions.extent(0), ", ", f.actions.extent(1), "], best [", f.best.extent(0), ", ",

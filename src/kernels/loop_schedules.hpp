@@ -1,6 +1,6 @@
 // Small kernels of the training loop around the step: the loop counter and the ε/β schedules
-// (read from device memory by acting and sampling, so a recorded graph follows them), Q from
-// C51 log-probabilities for acting, a flat copy, and the episode summaries posted to the host.
+// (read from device memory by acting and sampling, so a recorded graph follows them), a flat
+// copy, and the episode summaries posted to the host.
 #pragma once
 #include <cmath>
 #include <cstdint>
@@ -52,38 +52,6 @@ void advance_schedules(const Exec& exec, const Kokkos::View<std::int64_t*, typen
   require(envs >= 1, "advance_schedules: envs = ", envs, "; expected >= 1");
   Kokkos::parallel_for("zs::advance_schedules", Kokkos::RangePolicy<Exec>(exec, 0, 1),
                        AdvanceSchedules<Exec>{counters, s, envs});
-}
-
-// q[n][a] = Σ_j exp(logp[n][a][j])·z_j with z_j = v_min + j·Δz: the C51 head's expected return.
-template <class Exec>
-struct QFromLogProbs {
-  Kokkos::View<const float***, Kokkos::LayoutRight, typename Exec::memory_space> logp;
-  Kokkos::View<float**, Kokkos::LayoutRight, typename Exec::memory_space> q;
-  float v_min, dz;
-  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t i) const {
-    const std::int64_t actions = static_cast<std::int64_t>(logp.extent(1));
-    const int n = static_cast<int>(i / actions), a = static_cast<int>(i % actions);
-    double s = 0;
-    for (int j = 0; j < static_cast<int>(logp.extent(2)); ++j)
-      s += ::exp(static_cast<double>(logp(n, a, j))) * (v_min + j * static_cast<double>(dz));
-    q(n, a) = static_cast<float>(s);
-  }
-};
-
-template <class Exec>
-void q_from_log_probs(const Exec& exec,
-                      const Kokkos::View<const float***, Kokkos::LayoutRight, typename Exec::memory_space>& logp,
-                      float v_min, float v_max,
-                      const Kokkos::View<float**, Kokkos::LayoutRight, typename Exec::memory_space>& q) {
-  require(logp.extent(0) == q.extent(0) && logp.extent(1) == q.extent(1), "q_from_log_probs: log-probs are [",
-          logp.extent(0), ", ", logp.extent(1), ", atoms], Q is [", q.extent(0), ", ", q.extent(1),
-          "]; expected the same rows and actions");
-  require(logp.extent(2) >= 2, "q_from_log_probs: ", logp.extent(2), " atoms; expected at least 2");
-  const float dz = (v_max - v_min) / static_cast<float>(logp.extent(2) - 1);
-  Kokkos::parallel_for("zs::q_from_log_probs",
-                       Kokkos::RangePolicy<Exec, Kokkos::IndexType<std::int64_t>>(
-                           exec, 0, static_cast<std::int64_t>(q.extent(0) * q.extent(1))),
-                       QFromLogProbs<Exec>{logp, q, v_min, dz});
 }
 
 template <class Exec, class T>

@@ -231,7 +231,7 @@ void market_reset(const Exec& exec, const MarketViews<typename Exec::memory_spac
       Kokkos::RangePolicy<Exec, typename K::ResetTag, Kokkos::IndexType<std::int64_t>>(
           exec, 0, static_cast<std::int64_t>(v.state.extent(0))),
       K{v, {}, p, seed});
-  acting_impl::advance(exec, counter);
+  advance_counter(exec, counter);
 }
 
 // Enqueues one step of every market (actions [N, 3]: exposure, order type, urgency) then the
@@ -251,7 +251,7 @@ void market_step(const Exec& exec, const MarketViews<typename Exec::memory_space
       Kokkos::RangePolicy<Exec, typename K::StepTag, Kokkos::IndexType<std::int64_t>>(
           exec, 0, static_cast<std::int64_t>(n)),
       K{v, actions, p, seed});
-  acting_impl::advance(exec, counter);
+  advance_counter(exec, counter);
 }
 
 }  // namespace zs::kernels

@@ -1,5 +1,5 @@
-// Q-value monitor (seed 003): C51 Q = Σ p·z, batch statistics of Q for logging, and the
-// one-sample divergence check behind early stopping, each written to a device record of doubles.
+// Q-value monitor: batch statistics of Q for logging, and the one-sample divergence check behind
+// early stopping, written to the monitor's record (doubles, fields named once below).
 #pragma once
 #include <cmath>
 #include <cstdint>
@@ -11,30 +11,21 @@
 
 namespace zs::kernels {
 
-// Batch statistics record: per-sample max over actions, then min / max / mean of those over the
-// batch; and the mean of all B·A values. Enumerators, not constexpr ints, so device code may
-// pass them by reference (View::operator()) under nvcc.
-namespace q_stats {
-enum : int {
-  max_q_min = 0,
-  max_q_max = 1,
-  max_q_mean = 2,
-  mean_all = 3,
-  size = 4,
+// Batch statistics: per-sample max over actions, then min / max / mean of those over the batch;
+// and the mean of all B·A values.
+struct QBatchSummary {
+  double max_q_min = 0, max_q_max = 0, max_q_mean = 0, mean_all = 0;
 };
-}  // namespace q_stats
-
-// Divergence record of one sample's A values (population variance).
-namespace q_divergence {
-enum : int {
-  min = 0,
-  max = 1,
-  mean = 2,
-  variance = 3,
-  flag = 4,  // 1: |min| or |max| above the threshold, or a value not finite
-  size = 5,
+// One sample's A values (population variance); flag 1: |min| or |max| above the threshold, or a
+// value not finite.
+struct QRowSummary {
+  double min = 0, max = 0, mean = 0, variance = 0, flag = 0;
 };
-}  // namespace q_divergence
+// The monitor's mailbox record.
+struct QMonitorRecord {
+  QBatchSummary batch;
+  QRowSummary row;
+};
 
 // Min/Max reducers start from ±DBL_MAX, and NaN never wins a comparison, so a reduction that saw
 // only +Inf/NaN (min) or -Inf/NaN (max) ends at that identity. Q is float, so a value beyond
@@ -57,31 +48,13 @@ KOKKOS_INLINE_FUNCTION double max_or_infinity(double hi) {
 template <class Exec>
 using QMatrix = Kokkos::View<const float**, Kokkos::LayoutRight, typename Exec::memory_space>;
 
-// One thread per (b, a): 51 atoms is too short a row to be worth a team. Double accumulation,
-// because Σ p·z over a support symmetric about 0 cancels and Q near 0 would lose its digits.
-template <class Exec>
-struct C51QValues {
-  Kokkos::View<const float***, Kokkos::LayoutRight, typename Exec::memory_space> probs;
-  Kokkos::View<const float*, typename Exec::memory_space> support;
-  Kokkos::View<float**, Kokkos::LayoutRight, typename Exec::memory_space> q;
-
-  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t i) const {
-    const std::int64_t actions = probs.extent(1);
-    const std::int64_t b = i / actions;
-    const std::int64_t a = i - b * actions;
-    double acc = 0.0;
-    for (std::size_t j = 0; j < probs.extent(2); ++j) acc += double(probs(b, a, j)) * support(j);
-    q(b, a) = float(acc);
-  }
-};
-
 // NaN entries are skipped by the max (v > m is false for NaN), so the max-Q statistics stay
 // defined; a NaN or Inf anywhere still shows as a non-finite mean_all.
 template <class Exec>
 struct QBatchStats {
   using member = typename Kokkos::TeamPolicy<Exec>::member_type;
   QMatrix<Exec> q;
-  Kokkos::View<double*, typename Exec::memory_space> record;
+  Kokkos::View<QMonitorRecord, typename Exec::memory_space> record;
 
   KOKKOS_INLINE_FUNCTION double sample_max(const int b) const {
     double m = -q_detail::positive_infinity();
@@ -121,10 +94,11 @@ struct QBatchStats {
         },
         Kokkos::Sum<double>(sum_all));
     Kokkos::single(Kokkos::PerTeam(team), [&]() {
-      record(q_stats::max_q_min) = q_detail::min_or_infinity(lo);
-      record(q_stats::max_q_max) = q_detail::max_or_infinity(hi);
-      record(q_stats::max_q_mean) = sum_max / batch;
-      record(q_stats::mean_all) = sum_all / double(total);
+      QBatchSummary& r = record().batch;
+      r.max_q_min = q_detail::min_or_infinity(lo);
+      r.max_q_max = q_detail::max_or_infinity(hi);
+      r.max_q_mean = sum_max / batch;
+      r.mean_all = sum_all / double(total);
     });
   }
 };
@@ -137,7 +111,7 @@ struct QDivergence {
   QMatrix<Exec> q;
   int sample;
   double threshold;
-  Kokkos::View<double*, typename Exec::memory_space> record;
+  Kokkos::View<QMonitorRecord, typename Exec::memory_space> record;
 
   KOKKOS_INLINE_FUNCTION void operator()(const member& team) const {
     const int actions = static_cast<int>(q.extent(1));
@@ -174,11 +148,12 @@ struct QDivergence {
       const double qmin = q_detail::min_or_infinity(lo);
       const double qmax = q_detail::max_or_infinity(hi);
       const bool flagged = !is_finite(sum) || ::fabs(qmin) > threshold || ::fabs(qmax) > threshold;
-      record(q_divergence::min) = qmin;
-      record(q_divergence::max) = qmax;
-      record(q_divergence::mean) = mean;
-      record(q_divergence::variance) = sq / actions;
-      record(q_divergence::flag) = flagged ? 1.0 : 0.0;
+      QRowSummary& r = record().row;
+      r.min = qmin;
+      r.max = qmax;
+      r.mean = mean;
+      r.variance = sq / actions;
+      r.flag = flagged ? 1.0 : 0.0;
     });
   }
 };
@@ -203,54 +178,31 @@ void require_q_nonempty(const View& q, const char* who) {
           " x ", q.extent(1), "; expected each extent below 2^31");
 }
 template <class View>
-void require_record(const View& record, std::size_t size, const char* who) {
-  require(record.extent(0) == size, who, ": record has ", record.extent(0), " slots; expected ",
-          size);
+void require_record(const View& record, const char* who) {
+  require(record.data() != nullptr, who, ": the record is not allocated; expected a device view");
 }
 }  // namespace q_detail
 
 // Enqueues Q[b, a] = Σ_j probs[b, a, j] · support[j] on `exec`. No fence.
+// Enqueues the batch statistics of Q [B, A] into record().batch on `exec`: one launch, one team.
+// No fence.
 template <class Exec>
-void c51_q_values(const Exec& exec,
-                  Kokkos::View<const float***, Kokkos::LayoutRight, typename Exec::memory_space> probs,
-                  Kokkos::View<const float*, typename Exec::memory_space> support,
-                  Kokkos::View<float**, Kokkos::LayoutRight, typename Exec::memory_space> q) {
-  constexpr const char* who = "c51_q_values";
-  require(probs.extent(0) > 0, who, ": probabilities have batch size B = 0; expected B >= 1");
-  require(probs.extent(1) > 0, who, ": probabilities have A = 0 actions; expected A >= 1");
-  require(probs.extent(2) > 0, who, ": probabilities have 0 atoms; expected >= 1");
-  require(support.extent(0) == probs.extent(2), who, ": support has ", support.extent(0),
-          " atoms; expected ", probs.extent(2), " (the probabilities' atoms)");
-  require(q.extent(0) == probs.extent(0) && q.extent(1) == probs.extent(1), who, ": Q is ",
-          q.extent(0), " x ", q.extent(1), "; expected ", probs.extent(0), " x ", probs.extent(1),
-          " (B x A of the probabilities)");
-  const std::int64_t n = std::int64_t(probs.extent(0)) * std::int64_t(probs.extent(1));
-  Kokkos::parallel_for("zs::c51_q_values",
-                       Kokkos::RangePolicy<Exec, Kokkos::IndexType<std::int64_t>>(exec, 0, n),
-                       C51QValues<Exec>{probs, support, q});
-}
-
-// Enqueues the batch statistics of Q [B, A] into record [q_stats::size] on `exec`: one launch,
-// one team. No fence.
-template <class Exec>
-void q_batch_stats(const Exec& exec, QMatrix<Exec> q,
-                   Kokkos::View<double*, typename Exec::memory_space> record) {
+void q_batch_stats(const Exec& exec, QMatrix<Exec> q, Kokkos::View<QMonitorRecord, typename Exec::memory_space> record) {
   constexpr const char* who = "q_batch_stats";
   q_detail::require_q_nonempty(q, who);
-  q_detail::require_record(record, q_stats::size, who);
+  q_detail::require_record(record, who);
   const QBatchStats<Exec> f{q, record};
   Kokkos::parallel_for("zs::q_batch_stats", q_detail::one_team(exec, f, q.extent(0)), f);
 }
 
-// Enqueues the divergence check of Q's row `sample` into record [q_divergence::size] on
-// `exec`: flag when |min| or |max| > threshold, or a value is NaN/Inf. No fence.
+// Enqueues the divergence check of Q's row `sample` into record().row on `exec`: flag when |min|
+// or |max| > threshold, or a value is NaN/Inf. No fence.
 template <class Exec>
-void q_divergence_check(const Exec& exec, QMatrix<Exec> q,
-                        Kokkos::View<double*, typename Exec::memory_space> record, int sample = 0,
-                        double threshold = 1e4) {
+void q_divergence_check(const Exec& exec, QMatrix<Exec> q, Kokkos::View<QMonitorRecord, typename Exec::memory_space> record,
+                        int sample = 0, double threshold = 1e4) {
   constexpr const char* who = "q_divergence_check";
   q_detail::require_q_nonempty(q, who);
-  q_detail::require_record(record, q_divergence::size, who);
+  q_detail::require_record(record, who);
   require(sample >= 0 && std::size_t(sample) < q.extent(0), who, ": sample = ", sample,
           " is out of range; expected 0 <= sample < ", q.extent(0), " (the batch size)");
   require(std::isfinite(threshold) && threshold > 0, who, ": threshold = ", threshold,

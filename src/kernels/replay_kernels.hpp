@@ -12,7 +12,7 @@
 
 #include "backends/backend.hpp"
 #include "core/error.hpp"
-#include "kernels/acting.hpp"
+#include "kernels/counter_rng.hpp"
 #include "kernels/math.hpp"
 #include "kernels/sum_tree.hpp"
 

@@ -1,11 +1,11 @@
-// Device pieces every vectorised environment shares: random draws from the counter-based RNG of
-// acting.hpp (53-bit uniforms, Box–Muller normals) and the per-step episode bookkeeping.
+// Device pieces every vectorised environment shares: random draws from the counter-based RNG
+// (kernels/counter_rng.hpp: 53-bit uniforms, Box–Muller normals) and the per-step episode bookkeeping.
 #pragma once
 #include <cstdint>
 #include <cstring>
 
 #include "backends/backend.hpp"
-#include "kernels/acting.hpp"
+#include "kernels/counter_rng.hpp"
 
 namespace zs::kernels {
 

@@ -118,7 +118,7 @@ void IqnTerm::enqueue(const ExecSpace& exec, const Gemm& gemm) {
   f.weights = batch.weights;
   const MatrixView d_out = as_matrix(d_out_, R, A_);
   f.d_quantiles = d_out;
-  f.cum = ctx_.net.table().cum;
+  f.table = ctx_.net.table();
   f.gamma_n = static_cast<float>(std::pow(double(c.gamma), c.n_step));
   f.kappa = c.iqn.kappa;
   f.n_tau = N_;

@@ -10,11 +10,6 @@ using kernels::ConstVec;
 using kernels::Mat;
 using kernels::Vec;
 
-int total_actions(const Config& c) {
-  int a = 0;
-  for (int n : c.branches) a += n;
-  return a;
-}
 ConstMatrixView as_const(const MatrixView& m) { return ConstMatrixView(m.data(), m.extent(0), m.extent(1)); }
 ConstVec<ExecSpace> as_const(const ParamBuffer::Vector& v) { return ConstVec<ExecSpace>(v.data(), v.extent(0)); }
 }  // namespace
@@ -31,12 +26,12 @@ HeadActs::HeadActs(const Config& c, int r, LogProbs lp) : rows(r) {
   value_out = DeviceFloats("zs::act::value_out", std::size_t(r) * c.atoms);
   for (std::size_t k = 0; k < c.branches.size(); ++k)
     branch_hidden.emplace_back("zs::act::branch_hidden", std::size_t(r) * c.head_hidden);
-  branch_out = DeviceFloats("zs::act::branch_out", std::size_t(r) * total_actions(c) * c.atoms);
-  if (lp.data() == nullptr) lp = LogProbs("zs::act::logp", r, total_actions(c), c.atoms);
-  require(static_cast<int>(lp.extent(0)) == r && static_cast<int>(lp.extent(1)) == total_actions(c) &&
+  branch_out = DeviceFloats("zs::act::branch_out", std::size_t(r) * c.total_actions() * c.atoms);
+  if (lp.data() == nullptr) lp = LogProbs("zs::act::logp", r, c.total_actions(), c.atoms);
+  require(static_cast<int>(lp.extent(0)) == r && static_cast<int>(lp.extent(1)) == c.total_actions() &&
               static_cast<int>(lp.extent(2)) == c.atoms,
           "HeadActs: logp is [", lp.extent(0), ", ", lp.extent(1), ", ", lp.extent(2), "]; expected [", r, ", ",
-          total_actions(c), ", ", c.atoms, "]");
+          c.total_actions(), ", ", c.atoms, "]");
   logp = lp;
 }
 
@@ -47,8 +42,8 @@ Activations::Activations(const Config& c, int r) : rows(r) {
   value_out = DeviceFloats("zs::act::value_out", std::size_t(r) * c.atoms);
   for (std::size_t k = 0; k < c.branches.size(); ++k)
     branch_hidden.emplace_back("zs::act::branch_hidden", std::size_t(r) * c.head_hidden);
-  branch_out = DeviceFloats("zs::act::branch_out", std::size_t(r) * total_actions(c) * c.atoms);
-  logp = LogProbs("zs::act::logp", r, total_actions(c), c.atoms);
+  branch_out = DeviceFloats("zs::act::branch_out", std::size_t(r) * c.total_actions() * c.atoms);
+  logp = LogProbs("zs::act::logp", r, c.total_actions(), c.atoms);
 }
 
 HeadActs Activations::heads() const {
@@ -65,7 +60,7 @@ HeadActs Activations::heads() const {
 Gradients::Gradients(const Config& c, int r) : rows(r) {
   require(r >= 1, "Gradients: rows = ", r, "; expected at least 1");
   d_value_out = DeviceFloats("zs::grad::d_value_out", std::size_t(r) * c.atoms);
-  d_branch_out = DeviceFloats("zs::grad::d_branch_out", std::size_t(r) * total_actions(c) * c.atoms);
+  d_branch_out = DeviceFloats("zs::grad::d_branch_out", std::size_t(r) * c.total_actions() * c.atoms);
   d_hidden = DeviceFloats("zs::grad::d_hidden", std::size_t(r) * c.head_hidden);
   for (int w : c.trunk) d_trunk.emplace_back("zs::grad::d_trunk", std::size_t(r) * w);
 }
@@ -75,23 +70,7 @@ Network::Network(const Config& config, const ParamLayout& layout)
       trunk_layers_(layout.trunk_layers()),
       value0_(layout.trunk_layers()),
       branch0_(layout.trunk_layers() + 2),
-      cum_("zs::net::cum", config.branches.size() + 1),
-      branch_of_("zs::net::branch_of", total_actions(config)) {
-  auto cum = Kokkos::create_mirror_view(cum_);
-  auto of = Kokkos::create_mirror_view(branch_of_);
-  cum(0) = 0;
-  for (std::size_t k = 0; k < config.branches.size(); ++k) {
-    cum(k + 1) = cum(k) + config.branches[k];
-    for (int a = cum(k); a < cum(k + 1); ++a) of(a) = static_cast<int>(k);
-  }
-  for (std::size_t k = 0; k <= config.branches.size(); ++k) cum_host_.push_back(cum(k));
-  Kokkos::deep_copy(cum_, cum);
-  Kokkos::deep_copy(branch_of_, of);
-  table_.cum = cum_;
-  table_.branch_of = branch_of_;
-  table_.branches = static_cast<int>(config.branches.size());
-  table_.actions = total_actions(config);
-}
+      table_(kernels::BranchTable::of(config.branches, "Network")) {}
 
 void Network::forward(const ExecSpace& exec, const Gemm& gemm, const ParamBuffer& p, const ConstMatrixView& input,
                       Activations& acts) const {
@@ -134,7 +113,7 @@ void Network::forward_heads(const ExecSpace& exec, const Gemm& gemm, const Param
     auto bh = as_matrix(h.branch_hidden[k], R, c.head_hidden);
     dense(features, set.branch0 + 2 * k, bh, true);
     const int width = c.branches[k] * c.atoms;
-    MatrixView bo(h.branch_out.data() + branch_block(R, k), R, width);
+    MatrixView bo(h.branch_out.data() + table_.block(R, c.atoms, k), R, width);
     dense(as_const(bh), set.branch0 + 2 * k + 1, bo, false);
   }
   kernels::dueling_log_softmax<ExecSpace>(
@@ -179,7 +158,7 @@ void Network::backward_heads(const ExecSpace& exec, const Gemm& gemm, const Para
   };
   head(first_rows(g.d_value_out, c.atoms), first_rows(h.value_hidden, H), set.value0, accumulate ? 1.f : 0.f);
   for (int k = 0; k < table_.branches; ++k) {
-    const ConstMatrixView d_out(g.d_branch_out.data() + branch_block(B, k), B, c.branches[k] * c.atoms);
+    const ConstMatrixView d_out(g.d_branch_out.data() + table_.block(B, c.atoms, k), B, c.branches[k] * c.atoms);
     head(d_out, first_rows(h.branch_hidden[k], H), set.branch0 + 2 * k, 1.f);
   }
 }

@@ -63,7 +63,7 @@ class Network {
   Network(const Config& config, const ParamLayout& layout);
 
   const Config& config() const { return config_; }
-  const kernels::BranchTable<ExecSpace>& table() const { return table_; }
+  const kernels::BranchTable& table() const { return table_; }
   int actions() const { return table_.actions; }
 
   // acts ← net(params, input); input is [acts.rows, state_dim].
@@ -95,16 +95,9 @@ class Network {
   void backward_trunk(const ExecSpace& exec, const Gemm& gemm, const ParamBuffer& params, const ConstMatrixView& input,
                       const Activations& acts, Gradients& g, const ParamBuffer& grad) const;
 
-  // First float of branch k's [rows, n_k·atoms] block in a flat branch buffer (BranchTable).
-  std::size_t branch_block(int rows, int k) const {
-    return static_cast<std::size_t>(rows) * cum_host_[k] * config_.atoms;
-  }
-
   Config config_;
-  std::vector<int> cum_host_;
   int trunk_layers_, value0_, branch0_;  // layer indices into the layout
-  Kokkos::View<int*, MemSpace> cum_, branch_of_;
-  kernels::BranchTable<ExecSpace> table_;
+  kernels::BranchTable table_;
 };
 
 }  // namespace zs

@@ -28,13 +28,6 @@ std::vector<Head> heads_of(const Network& net, const HeadSet& s) {
   return h;
 }
 
-// First action of branch k: where its block starts in a flat branch buffer (BranchTable).
-int first_action(const Config& c, int k) {
-  int a = 0;
-  for (int i = 0; i < k; ++i) a += c.branches[i];
-  return a;
-}
-
 Op gemm_op(GemmBatch batch) {
   return [batch = std::move(batch)](const ExecSpace&, const Gemm& gemm) { gemm(batch); };
 }
@@ -118,7 +111,7 @@ void ForwardPlan::add_heads(const Network& net, const std::vector<HeadPass>& pas
   };
   auto out_of = [&](const HeadPass& x, const Head& h) {
     if (h.branch < 0) return row(x.acts.value_out, x.row0, c.atoms);
-    return x.acts.branch_out.data() + static_cast<std::size_t>(x.acts.rows) * first_action(c, h.branch) * c.atoms +
+    return x.acts.branch_out.data() + net.table().block(x.acts.rows, c.atoms, h.branch) +
            static_cast<std::size_t>(x.row0) * h.width;
   };
   {
@@ -193,7 +186,7 @@ BackwardPlan::BackwardPlan(const Network& net, const ParamBuffer& p, const Const
     for (Head h : heads_of(net, s.set)) {
       h.hidden_act = h.branch < 0 ? s.acts.value_hidden.data() : s.acts.branch_hidden[h.branch].data();
       h.d_out = h.branch < 0 ? s.d_value_out
-                             : s.d_branch_out + static_cast<std::size_t>(B) * first_action(c, h.branch) * c.atoms;
+                             : s.d_branch_out + net.table().block(B, c.atoms, h.branch);
       heads.push_back(h);
     }
   }

@@ -71,41 +71,31 @@ QMonitorStatus QPatience::update(std::int64_t seq, const QRecord& record) {
 }
 
 QMonitor::QMonitor(const QMonitorConfig& config)
-    : config_(validated(config)),
-      patience_(config_),
-      state_("zs::q_monitor::state", state_size),
-      stats_(Kokkos::subview(state_, std::make_pair(stats_offset, divergence_offset))),
-      divergence_(Kokkos::subview(state_, std::make_pair(divergence_offset, state_size))),
-      mailbox_(state_size) {}
+    : config_(validated(config)), patience_(config_), box_("zs::q_monitor::record") {}
 
-void QMonitor::observe(const ExecSpace& exec,
-                       Kokkos::View<const float**, Kokkos::LayoutRight, MemSpace> q) {
-  kernels::q_batch_stats(exec, q, stats_);
-  kernels::q_divergence_check(exec, q, divergence_, config_.sample, config_.threshold);
-  mailbox_.post(exec, state_);
+void QMonitor::observe(const ExecSpace& exec, Kokkos::View<const float**, Kokkos::LayoutRight, MemSpace> q) {
+  kernels::q_batch_stats(exec, q, box_.device());
+  kernels::q_divergence_check(exec, q, box_.device(), config_.sample, config_.threshold);
+  box_.post(exec);
 }
 
 QMonitorStatus QMonitor::poll() {
-  const auto rec = mailbox_.read();
+  const auto rec = box_.read();
   if (!rec) return QMonitorStatus{};
-  return patience_.update(rec->seq, decode(rec->values.data()));
+  return patience_.update(rec->seq, decode(rec->value));
 }
 
-QRecord QMonitor::decode(const double* state) {
-  namespace st = kernels::q_stats;
-  namespace dv = kernels::q_divergence;
-  const double* s = state + stats_offset;
-  const double* d = state + divergence_offset;
+QRecord QMonitor::decode(const kernels::QMonitorRecord& m) {
   QRecord r;
-  r.max_q_min = s[st::max_q_min];
-  r.max_q_max = s[st::max_q_max];
-  r.max_q_mean = s[st::max_q_mean];
-  r.mean_all = s[st::mean_all];
-  r.min = d[dv::min];
-  r.max = d[dv::max];
-  r.mean = d[dv::mean];
-  r.variance = d[dv::variance];
-  r.diverged = d[dv::flag] != 0.0;
+  r.max_q_min = m.batch.max_q_min;
+  r.max_q_max = m.batch.max_q_max;
+  r.max_q_mean = m.batch.max_q_mean;
+  r.mean_all = m.batch.mean_all;
+  r.min = m.row.min;
+  r.max = m.row.max;
+  r.mean = m.row.mean;
+  r.variance = m.row.variance;
+  r.diverged = m.row.flag != 0.0;
   return r;
 }
 

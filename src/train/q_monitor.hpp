@@ -60,10 +60,6 @@ class QPatience {
 
 class QMonitor {
  public:
-  static constexpr int stats_offset = 0;
-  static constexpr int divergence_offset = stats_offset + kernels::q_stats::size;
-  static constexpr int state_size = divergence_offset + kernels::q_divergence::size;
-
   explicit QMonitor(const QMonitorConfig& config = QMonitorConfig{});
   // A copy would share the device record but keep its own patience count.
   QMonitor(const QMonitor&) = delete;
@@ -78,18 +74,15 @@ class QMonitor {
   QMonitorStatus poll();
 
   const QMonitorConfig& config() const { return config_; }
-  const Mailbox& mailbox() const { return mailbox_; }
-  // The device record (state_size doubles), for kernels or tests that read it in place.
-  Kokkos::View<const double*, MemSpace> state() const { return state_; }
+  // The device record, for kernels or tests that read it in place.
+  Kokkos::View<const kernels::QMonitorRecord, MemSpace> record() const { return box_.device(); }
 
-  static QRecord decode(const double* state);
+  static QRecord decode(const kernels::QMonitorRecord& r);
 
  private:
   QMonitorConfig config_;
   QPatience patience_;
-  Kokkos::View<double*, MemSpace> state_;
-  Kokkos::View<double*, MemSpace> stats_, divergence_;  // slices of state_
-  Mailbox mailbox_;
+  RecordBox<kernels::QMonitorRecord> box_;
 };
 
 }  // namespace zs

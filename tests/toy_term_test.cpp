@@ -1,0 +1,192 @@
+// A loss term that exists only in this file: an L2 penalty ½λ‖θ‖² over every parameter, with a
+// layer of its own and a call counter it checkpoints. Registering it is the only thing done to
+// add it, and the trainer, its metrics record, its checkpoint and the parameter layout all take
+// it in: the proof that a new loss is one file plus one registration.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "losses/registry.hpp"
+#include "test_util.hpp"
+#include "train/trainer.hpp"
+
+namespace {
+
+constexpr float kLambda = 0.5f;
+constexpr float kBudget = 0.2f;
+
+struct PenaltyGrad {
+  Kokkos::View<const float*, zs::MemSpace> params;
+  Kokkos::View<float*, zs::MemSpace> grad;
+  float lambda;
+  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t i) const { grad(i) = lambda * params(i); }
+};
+
+struct PenaltyLoss {
+  Kokkos::View<const float*, zs::MemSpace> params;
+  float lambda;
+  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t i, float& acc) const {
+    acc += 0.5f * lambda * params(i) * params(i);
+  }
+};
+
+struct CountCall {
+  Kokkos::View<std::int64_t, zs::MemSpace> calls;
+  KOKKOS_INLINE_FUNCTION void operator()(const int) const { calls() += 1; }
+};
+
+class ToyPenalty final : public zs::LossTerm {
+ public:
+  ToyPenalty(const zs::StepContext& ctx, float budget)
+      : LossTerm("toy", budget, ctx.layout), ctx_(ctx), calls_("zs::toy::calls") {}
+
+  void enqueue(const zs::ExecSpace& exec, const zs::Gemm&) override {
+    const auto n = static_cast<std::int64_t>(ctx_.online.size());
+    const zs::ConstDeviceFloats params(ctx_.online.flat());
+    Kokkos::parallel_for("zs::test::toy_grad", Kokkos::RangePolicy<zs::ExecSpace, Kokkos::IndexType<std::int64_t>>(exec, 0, n),
+                         PenaltyGrad{params, grad().flat(), kLambda});
+    Kokkos::parallel_reduce("zs::test::toy_loss",
+                            Kokkos::RangePolicy<zs::ExecSpace, Kokkos::IndexType<std::int64_t>>(exec, 0, n),
+                            PenaltyLoss{params, kLambda}, loss());
+    Kokkos::parallel_for("zs::test::toy_count", Kokkos::RangePolicy<zs::ExecSpace>(exec, 0, 1), CountCall{calls_});
+  }
+  void save_state(zs::safetensors::File& f) const override {
+    std::int64_t c = 0;
+    Kokkos::deep_copy(c, calls_);
+    f.tensors["toy.calls"] = zs::safetensors::Tensor::from<std::int64_t>({1}, {c});
+  }
+  void check_state(const zs::safetensors::File& f) const override { f.i64("toy.calls", {1}); }
+  void load_state(const zs::safetensors::File& f) override { Kokkos::deep_copy(calls_, f.i64("toy.calls", {1})[0]); }
+  void reset() override { Kokkos::deep_copy(calls_, std::int64_t{0}); }
+
+  std::int64_t calls() const {
+    std::int64_t c = 0;
+    Kokkos::deep_copy(c, calls_);
+    return c;
+  }
+
+ private:
+  const zs::StepContext& ctx_;
+  Kokkos::View<std::int64_t, zs::MemSpace> calls_;
+};
+
+zs::LossTermSpec toy_spec() {
+  return {"toy", [](const zs::Config&) { return true; }, [](const zs::Config&) { return kBudget; },
+          [](const zs::Config& c) { return std::vector<zs::LayerShape>{{"toy.scale", c.trunk.back(), 3}}; },
+          [](const zs::StepContext& ctx, float budget) { return std::make_unique<ToyPenalty>(ctx, budget); }};
+}
+
+zs::Config small(std::uint64_t seed) {
+  return zs::Config::from_json({{"state_dim", 5}, {"trunk", {12, 10}}, {"head_hidden", 6}, {"branches", {3, 2}},
+                                {"atoms", 7}, {"v_min", -4}, {"v_max", 4}, {"lr", 1e-3}, {"max_grad_norm", 0.05},
+                                {"seed", seed}, {"precision", "fp32"}});
+}
+
+std::vector<float> host(const zs::DeviceFloats& d) { return zs::test::to_host(d); }
+
+}  // namespace
+
+TEST(ToyTerm, OneRegistrationAddsATermEverywhere) {
+  const auto seed = zs::test::fresh_seed();
+  SCOPED_TRACE(testing::Message() << "seed " << seed);
+  const auto c = small(seed);
+  const int B = 5;
+  zs::TrainerOptions opt;
+  opt.batch_size = B;
+  zs::Trainer plain(c, opt);
+  const auto hb = zs::random_batch(c, B, seed + 1);
+  zs::upload(plain.stream().exec(), c, hb, plain.batch());
+  plain.step_direct();
+  plain.synchronize();
+  const auto g_c51 = host(plain.grad().flat());
+
+  zs::LossTermRegistration reg(toy_spec());
+  zs::Trainer tr(c, opt);
+  // The layout: the network's tensors where they were, then the toy's own layer.
+  ASSERT_EQ(tr.layout().tensors().size(), plain.layout().tensors().size() + 2);
+  for (std::size_t i = 0; i < plain.layout().tensors().size(); ++i)
+    EXPECT_EQ(tr.layout().tensors()[i].offset, plain.layout().tensors()[i].offset);
+  EXPECT_EQ(tr.layout().tensor("toy.scale.weight").shape, (std::vector<int>{3, 10}));
+  // The terms and their shares.
+  ASSERT_EQ(tr.terms().size(), 2u);
+  EXPECT_EQ(tr.terms()[0]->name(), "c51");
+  EXPECT_NEAR(tr.terms()[0]->budget(), 1.0 - kBudget, 1e-7);
+  ASSERT_NE(tr.term_as<ToyPenalty>("toy"), nullptr);
+
+  const auto p0 = host(tr.online().flat());
+  zs::upload(tr.stream().exec(), c, hb, tr.batch());
+  tr.step_direct();
+  tr.synchronize();
+  EXPECT_EQ(tr.term_as<ToyPenalty>("toy")->calls(), 1);
+
+  // The toy's loss and gradient against a double reference.
+  double ref_loss = 0, ref_sq = 0;
+  for (float p : p0) ref_loss += 0.5 * kLambda * double(p) * p, ref_sq += double(kLambda * p) * (kLambda * p);
+  const double toy_norm = std::sqrt(ref_sq);
+  const auto m = tr.term_metrics();
+  ASSERT_TRUE(m.has_value());
+  const zs::TermMetrics* toy = m->term("toy");
+  ASSERT_NE(toy, nullptr);
+  EXPECT_NEAR(toy->loss, ref_loss, 1e-5 * ref_loss);
+  EXPECT_NEAR(toy->grad_norm, toy_norm, 1e-6 * toy_norm);
+  const double limit = double(kBudget * c.max_grad_norm), s_toy = std::min(1.0, limit / (toy_norm + 1e-6));
+  EXPECT_NEAR(toy->scale, s_toy, 1e-7);
+  EXPECT_TRUE(toy->statistic_name.empty());
+  EXPECT_TRUE(std::isnan(toy->statistic));
+
+  // What Adam applied: C51's gradient (the network part is the plain trainer's) at its share, plus
+  // the toy's clipped to its own.
+  const auto applied = host(tr.applied_grad().flat());
+  double c51_sq = 0;
+  for (float g : g_c51) c51_sq += double(g) * g;
+  const double s_c51 = std::min(1.0, double((1.0f - kBudget) * c.max_grad_norm) / (std::sqrt(c51_sq) + 1e-6));
+  ASSERT_LT(s_c51, 1.0);
+  ASSERT_LT(s_toy, 1.0);
+  for (std::size_t i = 0; i < applied.size(); ++i) {
+    const double c51 = i < g_c51.size() ? g_c51[i] : 0.0;
+    const double want = s_c51 * c51 + s_toy * kLambda * p0[i];
+    ASSERT_NEAR(applied[i], want, 1e-6 * (std::abs(want) + 1e-3)) << "element " << i;
+  }
+
+  // Its own state goes into the checkpoint and comes back.
+  const std::string path = zs::test::temp_path("toy_term.safetensors");
+  tr.save(path);
+  zs::Trainer resumed(c, opt);
+  EXPECT_EQ(resumed.term_as<ToyPenalty>("toy")->calls(), 0);
+  resumed.load(path);
+  EXPECT_EQ(resumed.term_as<ToyPenalty>("toy")->calls(), 1);
+  std::remove(path.c_str());
+}
+
+TEST(ToyTerm, GraphReplayEqualsDirectLaunchAndTheRegistrationEnds) {
+  const auto seed = zs::test::fresh_seed();
+  SCOPED_TRACE(testing::Message() << "seed " << seed);
+  const auto c = small(seed);
+  zs::TrainerOptions opt;
+  opt.batch_size = 4;
+  {
+    zs::LossTermRegistration reg(toy_spec());
+    EXPECT_THROW(zs::LossTermRegistration again(toy_spec()), zs::Error);
+    zs::Trainer graph(c, opt), direct(c, opt);
+    for (int s = 0; s < 4; ++s) {
+      const auto hb = zs::random_batch(c, 4, seed + 10 + s);
+      zs::upload(graph.stream().exec(), c, hb, graph.batch());
+      zs::upload(direct.stream().exec(), c, hb, direct.batch());
+      graph.step();
+      direct.step_direct();
+    }
+    graph.synchronize();
+    direct.synchronize();
+    EXPECT_TRUE(graph.graph_recorded());
+    EXPECT_TRUE(zs::test::same_bits(host(graph.online().flat()), host(direct.online().flat())));
+    EXPECT_EQ(graph.term_as<ToyPenalty>("toy")->calls(), 4);
+  }
+  zs::Trainer after(c, opt);
+  EXPECT_EQ(after.terms().size(), 1u);
+  EXPECT_EQ(after.term("toy"), nullptr);
+}
