@@ -63,7 +63,7 @@ BENCHMARK(BM_StepPhase)
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 
-// The graph-replayed step at the reference config (B = 256) with auxiliaries (issue 6): arg is a
+// The graph-replayed step at the reference config (B = 256) with auxiliaries: arg is a
 // mask, 1 = IQN (n_tau 8, embed 64), 2 = ensemble (k = 2), 4 = CQL; 0 is the plain step.
 void BM_StepAux(benchmark::State& state) {
   const int mask = static_cast<int>(state.range(0));

@@ -1,5 +1,5 @@
 // A naive double-precision BDQ-C51 network and C51 double-DQN loss, written from the math in
-// DESIGN §2/§3 and issue 4's "Semantics, exactly", sharing nothing with the device code but the
+// docs/architecture.md and docs/kernels.md, sharing nothing with the device code but the
 // parameter layout's offsets. The reference the device network and loss are tested against.
 #pragma once
 #include <cmath>

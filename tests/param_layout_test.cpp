@@ -15,7 +15,7 @@ TEST(ParamLayout, ReferenceConfigHasTenLayersAndTheRightParameterCount) {
   const ParamLayout l{Config{}};
   ASSERT_EQ(l.layers().size(), 10u);
   ASSERT_EQ(l.tensors().size(), 20u);
-  // Counted by hand from DESIGN §2: dense(in, out) has in*out + out parameters.
+  // Counted by hand from the reference network (docs/architecture.md): dense(in, out) has in*out + out parameters.
   auto dense = [](std::size_t in, std::size_t out) { return in * out + out; };
   const std::size_t expected = dense(48, 256) + dense(256, 256) + dense(256, 128) + dense(128, 51) +
                                dense(256, 128) + dense(128, 5 * 51) + 2 * (dense(256, 128) + dense(128, 3 * 51));

@@ -60,22 +60,24 @@ TEST(TrainLoopKernels, SummariseEpisodesSkipsEnvsWithoutAFinishedEpisode) {
   for (std::size_t i = 0; i < returns.size(); ++i) hr(i) = returns[i], hd(i) = done[i];
   Kokkos::deep_copy(r, hr);
   Kokkos::deep_copy(d, hd);
-  Kokkos::View<double*, zs::MemSpace> out("out", 2 + zs::kernels::episode_summary::size);
-  zs::kernels::summarise_episodes<zs::ExecSpace>(stream.exec(), r, d, out, 2);
+  Kokkos::View<zs::kernels::EvalRecord, zs::MemSpace> out("out");
+  zs::kernels::summarise_episodes<zs::ExecSpace>(stream.exec(), r, d, out, &zs::kernels::EvalRecord::episodes);
   stream.synchronize();
-  const auto h = host_copy(out);
-  namespace es = zs::kernels::episode_summary;
-  EXPECT_EQ(h(2 + es::count), 3);  // env 3 has a return but no finished episode: not counted
-  EXPECT_NEAR(h(2 + es::mean), (10 + 30 + 7) / 3.0, 1e-12);
-  EXPECT_EQ(h(2 + es::min), 7);
-  EXPECT_EQ(h(2 + es::max), 30);
-  EXPECT_EQ(h(2 + es::episodes), 6);
+  zs::kernels::EvalRecord h;
+  Kokkos::deep_copy(h, out);
+  EXPECT_EQ(h.episodes.count, 3);  // env 3 has a return but no finished episode: not counted
+  EXPECT_NEAR(h.episodes.mean, (10 + 30 + 7) / 3.0, 1e-12);
+  EXPECT_EQ(h.episodes.min, 7);
+  EXPECT_EQ(h.episodes.max, 30);
+  EXPECT_EQ(h.episodes.episodes, 6);
+  EXPECT_EQ(h.round, 0) << "the summary writes its own field only";
   hd(0) = hd(2) = hd(4) = 0;
   Kokkos::deep_copy(d, hd);
-  zs::kernels::summarise_episodes<zs::ExecSpace>(stream.exec(), r, d, out, 0);
+  zs::kernels::summarise_episodes<zs::ExecSpace>(stream.exec(), r, d, out, &zs::kernels::EvalRecord::episodes);
   stream.synchronize();
-  EXPECT_EQ(host_copy(out)(es::count), 0);
-  EXPECT_TRUE(std::isnan(host_copy(out)(es::mean)));
+  Kokkos::deep_copy(h, out);
+  EXPECT_EQ(h.episodes.count, 0);
+  EXPECT_TRUE(std::isnan(h.episodes.mean));
 }
 
 // A small cart-pole agent: quick enough for every test run, big enough to learn.

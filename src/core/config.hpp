@@ -1,5 +1,5 @@
 // The validated configuration of a BDQ-C51 network and its training step. Every size is
-// configuration; the defaults are the reference config (DESIGN §2) and the benchmark point.
+// configuration; the defaults are the reference config (docs/architecture.md) and the benchmark point.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -11,7 +11,7 @@
 
 namespace zs {
 
-// The optional auxiliary losses of seed 000 (issue 6). All are off by default; an auxiliary
+// The optional auxiliary losses. All are off by default; an auxiliary
 // that is on adds its own parameters after the network's in the flat layout and its gradient
 // joins the step's under its share of max_grad_norm (`budget`), see docs/kernels.md.
 struct IqnConfig {

@@ -1,4 +1,4 @@
-// The CQL regulariser on the C51 head (issue 6), and its gradient with respect to the head's
+// The CQL regulariser on the C51 head, and its gradient with respect to the head's
 // outputs: per sample and branch, logsumexp_a Q(s, a) − Q(s, a_taken), Q = Σ_j p_j·z_j.
 #pragma once
 #include <cmath>

@@ -1,4 +1,4 @@
-// The ensemble heads' loss and uncertainty (issue 6): E extra C51 head sets on the shared trunk,
+// The ensemble heads' loss and uncertainty: E extra C51 head sets on the shared trunk,
 // each trained by cross-entropy against the main loss's projected double-DQN targets, and the
 // spread of Q(s, a_taken) over all heads (main + E) as an uncertainty statistic.
 #pragma once

@@ -1,4 +1,4 @@
-// The IQN head's device pieces (issue 6): τ samples and their cosine features from the
+// The IQN head's device pieces: τ samples and their cosine features from the
 // counter-based RNG, the trunk-feature modulation φ(τ) ⊙ f and its backward, and the quantile
 // Huber loss against the target net's quantiles at the double-DQN action.
 #pragma once

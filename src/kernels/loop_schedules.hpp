@@ -73,19 +73,31 @@ void copy_flat(const Exec& exec, const Kokkos::View<const T*, typename Exec::mem
                        CopyFlat<Exec, T>{src, dst});
 }
 
-// The slots of an episode summary (training envs: the most recent finished episode of each;
-// evaluation envs: the first finished episode of each).
-namespace episode_summary {
-enum slot : int { count = 0, mean, min, max, episodes, size };
-}
+// An episode summary (training envs: the most recent finished episode of each; evaluation envs:
+// the first finished episode of each). Records that cross the mailbox are structs of doubles.
+struct EpisodeSummary {
+  double count = 0, mean = 0, min = 0, max = 0, episodes = 0;
+};
+// The training report: the device iteration counter, the schedules' values, the replay's
+// sampleable count (doubles hold step counts exactly up to 2^53), and the training envs' episodes.
+struct LoopReportRecord {
+  double iterations = 0, epsilon = 0, beta = 0, sampleable = 0;
+  EpisodeSummary episodes;
+};
+// One evaluation: its round, the training env steps when its parameters were taken, its episodes.
+struct EvalRecord {
+  double round = 0, env_steps = 0;
+  EpisodeSummary episodes;
+};
 
-// One thread over the envs: the report is a few doubles, made every few thousand steps.
-template <class Exec>
+// One thread over the envs: the report is a few doubles, made every few thousand steps. Writes
+// the summary into record().*field.
+template <class Exec, class Record>
 struct SummariseEpisodes {
   Kokkos::View<const float*, typename Exec::memory_space> returns;       // NaN: no episode yet
   Kokkos::View<const std::int32_t*, typename Exec::memory_space> done;   // episodes finished per env
-  Kokkos::View<double*, typename Exec::memory_space> out;                // at offset
-  int offset;
+  Kokkos::View<Record, typename Exec::memory_space> record;
+  EpisodeSummary Record::*field;
   KOKKOS_INLINE_FUNCTION void operator()(const int) const {
     double n = 0, sum = 0, lo = 0, hi = 0, episodes = 0;
     for (std::size_t e = 0; e < returns.extent(0); ++e) {
@@ -97,40 +109,50 @@ struct SummariseEpisodes {
       sum += r;
       n += 1;
     }
-    out(offset + episode_summary::count) = n;
-    out(offset + episode_summary::mean) = n > 0 ? sum / n : static_cast<double>(NAN);
-    out(offset + episode_summary::min) = lo;
-    out(offset + episode_summary::max) = hi;
-    out(offset + episode_summary::episodes) = episodes;
+    EpisodeSummary& out = record().*field;
+    out.count = n;
+    out.mean = n > 0 ? sum / n : static_cast<double>(NAN);
+    out.min = lo;
+    out.max = hi;
+    out.episodes = episodes;
   }
 };
 
-template <class Exec>
+template <class Exec, class Record>
 void summarise_episodes(const Exec& exec, const Kokkos::View<const float*, typename Exec::memory_space>& returns,
                         const Kokkos::View<const std::int32_t*, typename Exec::memory_space>& done,
-                        const Kokkos::View<double*, typename Exec::memory_space>& out, int offset) {
+                        const Kokkos::View<Record, typename Exec::memory_space>& record, EpisodeSummary Record::*field) {
   require(returns.extent(0) == done.extent(0) && returns.extent(0) >= 1, "summarise_episodes: ",
           returns.extent(0), " returns and ", done.extent(0), " episode counts; expected the same, at least 1");
-  require(offset >= 0 && static_cast<std::size_t>(offset + episode_summary::size) <= out.extent(0),
-          "summarise_episodes: offset ", offset, " does not fit a summary in ", out.extent(0), " slots");
+  require(record.data() != nullptr, "summarise_episodes: the record is not allocated");
   Kokkos::parallel_for("zs::summarise_episodes", Kokkos::RangePolicy<Exec>(exec, 0, 1),
-                       SummariseEpisodes<Exec>{returns, done, out, offset});
+                       SummariseEpisodes<Exec, Record>{returns, done, record, field});
 }
 
-// Copies a few device values of different types into report slots (doubles hold step counts
-// exactly up to 2^53).
+// The report's scalars from the device values they come from.
 template <class Exec>
 struct ReportScalars {
   Kokkos::View<const std::int64_t*, typename Exec::memory_space> counters;
   Kokkos::View<const float, typename Exec::memory_space> epsilon, beta;
   Kokkos::View<const std::int64_t, typename Exec::memory_space> sampleable;
-  Kokkos::View<double*, typename Exec::memory_space> out;
-  int offset;
+  Kokkos::View<LoopReportRecord, typename Exec::memory_space> record;
   KOKKOS_INLINE_FUNCTION void operator()(const int) const {
-    out(offset + 0) = static_cast<double>(counters(0));
-    out(offset + 1) = epsilon();
-    out(offset + 2) = beta();
-    out(offset + 3) = static_cast<double>(sampleable());
+    LoopReportRecord& r = record();
+    r.iterations = static_cast<double>(counters(0));
+    r.epsilon = epsilon();
+    r.beta = beta();
+    r.sampleable = static_cast<double>(sampleable());
+  }
+};
+
+// An evaluation's header: its round and the env steps its parameters were taken at.
+template <class Exec>
+struct EvalHeader {
+  Kokkos::View<EvalRecord, typename Exec::memory_space> record;
+  double round, env_steps;
+  KOKKOS_INLINE_FUNCTION void operator()(const int) const {
+    record().round = round;
+    record().env_steps = env_steps;
   }
 };
 

@@ -1,6 +1,6 @@
 #include "rl/actor.hpp"
 
-#include "kernels/loop_schedules.hpp"
+#include "kernels/c51_q.hpp"
 
 namespace zs {
 

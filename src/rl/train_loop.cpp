@@ -12,21 +12,6 @@ namespace {
 
 constexpr const char* kLoopFormat = "zerosync-train-loop-1";
 
-// Report slots: the device iteration counter, ε, β, the sampleable count, then the training
-// envs' episode summary. Evaluation slots: round, env steps, then the summary.
-enum report_slot : int { r_iterations = 0, r_epsilon, r_beta, r_sampleable, r_summary, r_size = r_summary + kernels::episode_summary::size };
-enum eval_slot : int { e_round = 0, e_env_steps, e_summary, e_size = e_summary + kernels::episode_summary::size };
-
-template <class Exec>
-struct SetTwo {
-  Kokkos::View<double*, typename Exec::memory_space> out;
-  double a, b;
-  KOKKOS_INLINE_FUNCTION void operator()(const int) const {
-    out(0) = a;
-    out(1) = b;
-  }
-};
-
 Config network_for(const TrainConfig& tc, const VecEnv& env) {
   Config c = tc.network;
   c.state_dim = env.obs_dim();
@@ -69,8 +54,8 @@ nlohmann::json without_steps(const TrainConfig& c) {
 
 TrainLoop::TrainLoop(const TrainConfig& config)
     : config_((config.validate(), config)),
-      report_box_(r_size),
-      eval_box_(e_size) {
+      report_box_("zs::loop::report"),
+      eval_box_("zs::loop::eval") {
   env_ = make_env(config_.env, config_.envs, config_.seed, config_.env_params);
   eval_env_ = make_env(config_.env, config_.eval_episodes, config_.seed ^ 0xE7A1E7A1E7A1ull, config_.env_params);
   const Config net = network_for(config_, *env_);
@@ -88,8 +73,6 @@ TrainLoop::TrainLoop(const TrainConfig& config)
   beta_ = decltype(beta_)("zs::loop::beta");
   alpha_ = decltype(alpha_)("zs::loop::alpha");
   greedy_ = decltype(greedy_)("zs::loop::greedy");  // ε = 0: zero-initialised
-  report_values_ = decltype(report_values_)("zs::loop::report", r_size);
-  eval_values_ = decltype(eval_values_)("zs::loop::eval", e_size);
   env_->reset(trainer_->stream().exec());
   Kokkos::fence();
 }
@@ -150,27 +133,27 @@ void TrainLoop::enqueue_eval() {
   for (int t = 0; t < eval_env_->max_episode_steps(); ++t)
     eval_graph_.run(stream, [this] { enqueue_eval_step(); });
   Kokkos::parallel_for("zs::loop::eval_header", Kokkos::RangePolicy<ExecSpace>(exec, 0, 1),
-                       SetTwo<ExecSpace>{eval_values_, static_cast<double>(eval_rounds_),
-                                         static_cast<double>(env_steps())});
-  kernels::summarise_episodes<ExecSpace>(exec, eval_env_->first_return, eval_env_->episodes_done, eval_values_,
-                                         e_summary);
-  eval_box_.post(exec, eval_values_);
+                       kernels::EvalHeader<ExecSpace>{eval_box_.device(), static_cast<double>(eval_rounds_),
+                                                      static_cast<double>(env_steps())});
+  kernels::summarise_episodes<ExecSpace>(exec, eval_env_->first_return, eval_env_->episodes_done, eval_box_.device(),
+                                         &kernels::EvalRecord::episodes);
+  eval_box_.post(exec);
 }
 
 void TrainLoop::collect_eval_record() {
   const auto rec = eval_box_.read();
   if (!rec) return;
-  const auto& v = rec->values;
-  const auto round = static_cast<std::int64_t>(v[e_round]);
+  const kernels::EvalRecord& v = rec->value;
+  const auto round = static_cast<std::int64_t>(v.round);
   if (round <= eval_seen_) return;
   eval_seen_ = round;
   EvalResult e;
   e.round = round;
-  e.env_steps = static_cast<std::int64_t>(v[e_env_steps]);
-  e.episodes = v[e_summary + kernels::episode_summary::count];
-  e.mean = v[e_summary + kernels::episode_summary::mean];
-  e.min = v[e_summary + kernels::episode_summary::min];
-  e.max = v[e_summary + kernels::episode_summary::max];
+  e.env_steps = static_cast<std::int64_t>(v.env_steps);
+  e.episodes = v.episodes.count;
+  e.mean = v.episodes.mean;
+  e.min = v.episodes.min;
+  e.max = v.episodes.max;
   pending_eval_.push_back(e);
 }
 
@@ -186,9 +169,10 @@ void TrainLoop::enqueue_report() {
   const auto& exec = trainer_->stream().exec();
   Kokkos::parallel_for("zs::loop::report", Kokkos::RangePolicy<ExecSpace>(exec, 0, 1),
                        kernels::ReportScalars<ExecSpace>{counters_, epsilon_, beta_, replay_->sampleable(),
-                                                         report_values_, r_iterations});
-  kernels::summarise_episodes<ExecSpace>(exec, env_->last_return, env_->episodes_done, report_values_, r_summary);
-  report_box_.post(exec, report_values_);
+                                                         report_box_.device()});
+  kernels::summarise_episodes<ExecSpace>(exec, env_->last_return, env_->episodes_done, report_box_.device(),
+                                         &kernels::LoopReportRecord::episodes);
+  report_box_.post(exec);
   qmon_.observe(exec, actor_->q());
 }
 
@@ -198,14 +182,14 @@ LoopReport TrainLoop::report() const {
   r.env_steps = env_steps();
   r.updates = updates_;
   if (const auto rec = report_box_.read()) {
-    const auto& v = rec->values;
+    const kernels::LoopReportRecord& v = rec->value;
     r.has_record = true;
-    r.reported_env_steps = static_cast<std::int64_t>(v[r_iterations]) * config_.envs;
-    r.epsilon = v[r_epsilon];
-    r.beta = v[r_beta];
-    r.sampleable = v[r_sampleable];
-    r.recent_return = v[r_summary + kernels::episode_summary::mean];
-    r.episodes = v[r_summary + kernels::episode_summary::episodes];
+    r.reported_env_steps = static_cast<std::int64_t>(v.iterations) * config_.envs;
+    r.epsilon = v.epsilon;
+    r.beta = v.beta;
+    r.sampleable = v.sampleable;
+    r.recent_return = v.episodes.mean;
+    r.episodes = v.episodes.episodes;
   }
   r.guard = trainer_->metrics();
   return r;

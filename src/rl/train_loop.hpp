@@ -13,6 +13,7 @@
 #include "rl/actor.hpp"
 #include "rl/envs.hpp"
 #include "backends/mailbox.hpp"
+#include "kernels/loop_schedules.hpp"
 #include "train/q_monitor.hpp"
 #include "rl/replay.hpp"
 #include "rl/train_config.hpp"
@@ -94,8 +95,8 @@ class TrainLoop {
   Kokkos::View<float**, Kokkos::LayoutRight, MemSpace> acted_obs_;  // obs the actions were chosen on
   Kokkos::View<std::int64_t*, MemSpace> counters_;                  // [iterations]
   Kokkos::View<float, MemSpace> epsilon_, beta_, alpha_, greedy_;
-  Kokkos::View<double*, MemSpace> report_values_, eval_values_;
-  Mailbox report_box_, eval_box_;
+  RecordBox<kernels::LoopReportRecord> report_box_;
+  RecordBox<kernels::EvalRecord> eval_box_;
   QMonitor qmon_;
   Graph collect_graph_, sample_graph_, update_graph_, eval_graph_;
   std::int64_t iterations_ = 0, updates_ = 0, eval_rounds_ = 0, eval_seen_ = 0;
