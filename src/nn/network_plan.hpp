@@ -15,8 +15,8 @@
 
 namespace zs {
 
-// The buffers a lazily made plan was made for. An auxiliary makes its plans at its first
-// enqueue (the trainer's first step runs directly, outside any capture) and remakes them only
+// The buffers a lazily made plan was made for. The actor makes its forward plan at its first
+// act() (a recorded graph's body runs directly once, outside any capture) and remakes it only
 // when handed other buffers: changed() says so, and remembers the new ones.
 class PlanKey {
  public:

@@ -24,7 +24,9 @@ void Actor::act(const ParamBuffer& params, const ConstMatrixView& obs, Kokkos::V
           "Actor::act: observations are [", obs.extent(0), ", ", obs.extent(1), "]; expected [", rows_, ", ",
           config_.state_dim, "]");
   const auto& exec = stream_.exec();
-  net_.forward(exec, gemm_, params, obs, acts_);
+  if (planned_for_.changed({&params, obs.data()}))
+    forward_ = std::make_unique<ForwardPlan>(net_, std::vector<ForwardPass>{{&params, obs, &acts_, 0}});
+  forward_->enqueue(exec, gemm_);
   kernels::q_from_log_probs<ExecSpace>(exec, acts_.logp, config_.v_min, config_.v_max, q_);
   kernels::epsilon_greedy<ExecSpace>(exec, q_, config_.branches, epsilon, counter_, rng_, actions_);
 }

@@ -1,0 +1,133 @@
+// The actor: greedy actions from the batched forward plan against a double-precision reference
+// network, the plan following the parameters it is handed, and graph replay equal to direct
+// launches.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "backends/graph.hpp"
+#include "backends/stream.hpp"
+#include "network_reference.hpp"
+#include "rl/actor.hpp"
+#include "test_util.hpp"
+
+namespace {
+
+zs::Config actor_config(std::uint64_t seed) {
+  zs::Config c;
+  c.state_dim = 7;
+  c.trunk = {24, 16};
+  c.head_hidden = 12;
+  c.branches = {5, 3, 2};
+  c.atoms = 11;
+  c.v_min = -4.f;
+  c.v_max = 6.f;
+  c.precision = zs::Precision::fp32;
+  c.seed = seed;
+  return c;
+}
+
+std::vector<double> random_params(const zs::ParamLayout& layout, std::uint64_t seed) {
+  const auto r = zs::test::random_normal(layout.size(), seed, 0.4f);
+  std::vector<double> p(layout.size(), 0.0);
+  for (const auto& t : layout.tensors())
+    for (std::size_t i = 0; i < t.size(); ++i) p[t.offset + i] = r[t.offset + i];
+  return p;
+}
+
+void upload_params(const zs::ParamBuffer& buf, const std::vector<double>& p) {
+  std::vector<float> f(p.begin(), p.end());
+  Kokkos::deep_copy(buf.flat(), zs::test::to_device(f));
+}
+
+// Greedy actions of the reference net, and whether each (row, branch) has a clear winner (the
+// top two Qs apart by more than float rounding could move them).
+struct RefActions {
+  std::vector<int> actions;
+  std::vector<bool> clear;
+};
+
+RefActions reference_actions(const zs::Config& c, const zs::ParamLayout& layout, const std::vector<double>& P,
+                             const std::vector<float>& obs, int rows) {
+  const zs::test::RefNet ref(c, layout);
+  const auto lp = ref.forward(P, std::vector<double>(obs.begin(), obs.end()), rows);
+  RefActions out;
+  for (int r = 0; r < rows; ++r) {
+    int c0 = 0;
+    for (int n : c.branches) {
+      int best = 0;
+      double q_best = -INFINITY, second = -INFINITY;
+      for (int a = 0; a < n; ++a) {
+        const double q = ref.q_of(lp, r, c0 + a);
+        if (q > q_best) second = q_best, q_best = q, best = a;
+        else if (q > second) second = q;
+      }
+      out.actions.push_back(best);
+      out.clear.push_back(n == 1 || q_best - second > 1e-4 * (1 + std::fabs(q_best)));
+      c0 += n;
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST(Actor, GreedyActionsMatchTheDoubleReferenceAndFollowTheParameters) {
+  const auto seed = zs::test::fresh_seed();
+  SCOPED_TRACE(testing::Message() << "seed " << seed);
+  const auto c = actor_config(seed);
+  const zs::ParamLayout layout(c);
+  const int rows = 37;
+  zs::Stream stream;
+  zs::Actor actor(c, layout, stream, rows, {seed, 3});
+  zs::ParamBuffer a(layout, "a"), b(layout, "b");
+  const auto pa = random_params(layout, seed + 1), pb = random_params(layout, seed + 2);
+  upload_params(a, pa);
+  upload_params(b, pb);
+  const auto obs = zs::test::random_normal(std::size_t(rows) * c.state_dim, seed + 3);
+  const auto dobs = zs::test::to_device(obs);
+  const zs::ConstMatrixView obs_view(dobs.data(), rows, c.state_dim);
+  zs::DeviceScalar<float> greedy("eps");  // zero
+  int checked = 0;
+  // a, then b (the plan must follow the buffer it is handed), then a again.
+  for (const auto& [buf, P] : {std::make_pair(&a, &pa), std::make_pair(&b, &pb), std::make_pair(&a, &pa)}) {
+    actor.act(*buf, obs_view, greedy);
+    stream.synchronize();
+    const auto got = zs::test::to_host(actor.actions());
+    const auto want = reference_actions(c, layout, *P, obs, rows);
+    for (std::size_t i = 0; i < want.actions.size(); ++i)
+      if (want.clear[i]) {
+        EXPECT_EQ(got[i], want.actions[i]) << "row " << i / c.branches.size() << ", branch " << i % c.branches.size();
+        ++checked;
+      }
+  }
+  EXPECT_GT(checked, static_cast<int>(3 * rows * c.branches.size() * 9 / 10)) << "too many near-ties to check";
+}
+
+TEST(Actor, GraphReplayEqualsDirectLaunch) {
+  const auto seed = zs::test::fresh_seed();
+  SCOPED_TRACE(testing::Message() << "seed " << seed);
+  const auto c = actor_config(seed);
+  const zs::ParamLayout layout(c);
+  const int rows = 16;
+  zs::Stream stream;
+  zs::Actor graph_actor(c, layout, stream, rows, {seed, 1}), direct_actor(c, layout, stream, rows, {seed, 1});
+  zs::ParamBuffer p(layout, "p");
+  upload_params(p, random_params(layout, seed + 1));
+  zs::DeviceFloats obs("obs", std::size_t(rows) * c.state_dim);
+  const zs::ConstMatrixView obs_view(obs.data(), rows, c.state_dim);
+  zs::DeviceScalar<float> eps("eps");
+  Kokkos::deep_copy(eps, 0.3f);
+  zs::Graph graph;
+  for (int step = 0; step < 5; ++step) {
+    Kokkos::deep_copy(obs, zs::test::to_device(zs::test::random_normal(std::size_t(rows) * c.state_dim, seed + 10 + step)));
+    graph.run(stream, [&] { graph_actor.act(p, obs_view, eps); });
+    direct_actor.act(p, obs_view, eps);
+    stream.synchronize();
+    EXPECT_TRUE(zs::test::same_bits(zs::test::to_host(graph_actor.q()), zs::test::to_host(direct_actor.q()))) << step;
+    const auto ga = zs::test::to_host(graph_actor.actions()), da = zs::test::to_host(direct_actor.actions());
+    EXPECT_EQ(std::vector<int>(ga.begin(), ga.end()), std::vector<int>(da.begin(), da.end())) << "step " << step;
+  }
+  EXPECT_TRUE(graph.captured());
+}
