@@ -1,8 +1,11 @@
 // CUDA graphs by stream capture. Global capture mode is deliberate: it is the strictest, so a
 // hidden cudaMalloc, blocking copy or device synchronisation anywhere in the body fails here.
+// The same SyncWatch as on the host runs around the capture: it names what fired (a deep_copy's
+// Views, an allocation's label, a fence) where the capture alone would only say that it failed.
 #include "backends/graph.hpp"
 
 #include "backends/cuda/check.hpp"
+#include "backends/sync_watch.hpp"
 
 namespace zs {
 
@@ -21,15 +24,28 @@ Graph::~Graph() = default;
 void Graph::capture(Stream& stream, const std::function<void()>& body) {
   require(!captured(), "Graph::capture: this graph is already captured; make a new Graph");
   auto s = static_cast<cudaStream_t>(stream.native());
+  SyncWatch watch;
   ZS_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
-  try {
-    body();
-  } catch (...) {
+  auto abandon = [s] {
     cudaGraph_t g = nullptr;
     cudaStreamEndCapture(s, &g);
     if (g) cudaGraphDestroy(g);
     cudaGetLastError();
+  };
+  try {
+    body();
+  } catch (const std::exception& e) {
+    abandon();
+    // A blocking copy or fence usually fails inside Kokkos first; the watch says which it was.
+    if (!watch.clean()) watch.require_clean(str("Graph::capture (the body then failed: ", e.what(), ")"));
     throw;
+  } catch (...) {
+    abandon();
+    throw;
+  }
+  if (!watch.clean()) {
+    abandon();
+    watch.require_clean("Graph::capture");
   }
   cudaGraph_t g = nullptr;
   cudaError_t end = cudaStreamEndCapture(s, &g);

@@ -1,7 +1,10 @@
 // Host "graph": the recorded callable, replayed by calling it. Capture does not run the body,
-// matching CUDA, where capture records work without executing it.
+// matching CUDA, where capture records work without executing it. Nothing here refuses a
+// blocking copy, an allocation or a fence the way CUDA's capture does, so every replay runs
+// under a SyncWatch and throws if one fired.
 #include "backends/graph.hpp"
 
+#include "backends/sync_watch.hpp"
 #include "core/error.hpp"
 
 namespace zs {
@@ -21,7 +24,9 @@ void Graph::capture(Stream&, const std::function<void()>& body) {
 
 void Graph::replay(Stream&) {
   require(captured(), "Graph::replay: nothing captured yet; call capture() first");
+  SyncWatch watch;
   impl_->body();
+  watch.require_clean("Graph::replay");
 }
 
 bool Graph::captured() const { return static_cast<bool>(impl_->body); }
