@@ -44,7 +44,8 @@ check_disk() {
 # ---------------------------------------------------------------- Debian packages
 apt_packages=(build-essential cmake ninja-build pkg-config dpkg-dev ca-certificates xz-utils
               libgtest-dev libgmock-dev libbenchmark-dev libopenblas-dev
-              nlohmann-json3-dev libcli11-dev libfmt-dev python3 gnuplot-nox)
+              nlohmann-json3-dev libcli11-dev libfmt-dev python3 gnuplot-nox
+              libbenchmark-tools python3-scipy)
 
 as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
 

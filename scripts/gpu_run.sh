@@ -70,3 +70,6 @@ timeout "${ZS_BENCH_TIMEOUT:-300}" ./build/cuda/bin/zerosync_bench --benchmark_m
   --benchmark_out="$out/bench.json" --benchmark_out_format=json \
   ${ZS_BENCH_FILTER:+--benchmark_filter="$ZS_BENCH_FILTER"} > "$out/bench.log" 2>&1
 grep -E "us_per_call" "$out/bench.log" | sed -E 's/ +[0-9.]+ us +[0-9.]+ us +[0-9]+ / /' | tail -70
+# Against the committed H200 baseline (perf/baselines/h200.json), Google Benchmark's compare tool.
+ZS_SYSROOT="$sysroot" bash scripts/bench_compare.sh perf/baselines/h200.json "$out/bench.json" > "$out/bench_compare.txt" 2>&1
+cat "$out/bench_compare.txt"
