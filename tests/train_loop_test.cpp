@@ -10,6 +10,7 @@
 #include "backends/stream.hpp"
 #include "kernels/loop_schedules.hpp"
 #include "test_util.hpp"
+#include "core/safetensors.hpp"
 #include "rl/train_loop.hpp"
 
 namespace {
@@ -117,7 +118,7 @@ TEST(TrainLoop, ResumedRunContinuesExactlyLikeAnUninterruptedOne) {
   }
   whole.synchronize();
 
-  const std::string dir = zs::test::temp_path("ckpt");
+  const std::string dir = zs::test::temp_path("ckpt.safetensors");
   std::filesystem::remove_all(dir);
   {
     zs::TrainLoop part(c);
@@ -155,7 +156,7 @@ TEST(TrainLoop, ResumedRunContinuesExactlyLikeAnUninterruptedOne) {
 TEST(TrainLoop, CheckpointFromAnotherConfigIsRefused) {
   const auto seed = fresh_seed();
   zs::TrainConfig c = small_cartpole(seed);
-  const std::string dir = zs::test::temp_path("ckpt");
+  const std::string dir = zs::test::temp_path("ckpt.safetensors");
   std::filesystem::remove_all(dir);
   {
     zs::TrainLoop a(c);
@@ -165,7 +166,55 @@ TEST(TrainLoop, CheckpointFromAnotherConfigIsRefused) {
   c.network.lr *= 2;
   zs::TrainLoop b(c);
   EXPECT_NE(zs::test::error_of([&] { b.load(dir); }).find("different config"), std::string::npos);
-  EXPECT_NE(zs::test::error_of([&] { b.load(dir + "/nowhere"); }).find("no loop.safetensors"), std::string::npos);
+  EXPECT_NE(zs::test::error_of([&] { b.load(dir + ".nowhere"); }).find("does not exist or is not a file"),
+            std::string::npos);
+}
+
+// A checkpoint whose counters were altered (a flipped bit, a hand edit) is refused with a message
+// naming the counter, and the loop is left as it was.
+TEST(TrainLoop, CheckpointWithAbsurdCountersIsRefused) {
+  const auto seed = fresh_seed();
+  SCOPED_TRACE(seed);
+  zs::TrainConfig c = small_cartpole(seed);
+  c.learning_starts = 20;
+  const std::string path = zs::test::temp_path("ckpt_counters.safetensors");
+  {
+    zs::TrainLoop a(c);
+    for (int i = 0; i < 30; ++i) a.iterate();
+    a.save(path);
+  }
+  const auto good = zs::safetensors::read(path);
+  struct Case {
+    const char* tensor;
+    int index;
+    std::int64_t value;
+    const char* message;
+  };
+  const Case cases[] = {
+      {"loop.host", 0, -1, "iterations = -1"},
+      {"loop.host", 0, std::int64_t{1} << 60, "iterations = "},
+      {"loop.host", 1, -5, "updates = -5"},
+      {"loop.host", 2, 1000, "evaluations = 1000"},
+      {"loop.counters", 0, 7, "device iteration counter is 7"},
+      {"steps", 0, -3, "steps = -3"},
+      {"guard.step", 0, 1 << 30, "guard.step = "},
+      {"replay.counters", 0, -9, "replay"},
+      {"replay.counters", 1, -1, "replay"},
+  };
+  for (const auto& k : cases) {
+    SCOPED_TRACE(testing::Message() << k.tensor << "[" << k.index << "] = " << k.value);
+    auto f = good;
+    auto v = f.i64(k.tensor, f.at(k.tensor).shape);
+    v[k.index] = k.value;
+    f.tensors[k.tensor] = zs::safetensors::Tensor::from<std::int64_t>(f.at(k.tensor).shape, v);
+    zs::safetensors::write(path, f);
+    zs::TrainLoop b(c);
+    const auto before = flat_params(b.trainer());
+    const std::string msg = zs::test::error_of([&] { b.load(path); });
+    EXPECT_NE(msg.find(k.message), std::string::npos) << msg;
+    EXPECT_EQ(b.iterations(), 0);
+  }
+  std::filesystem::remove(path);
 }
 
 TEST(TrainLoop, ShortCartpoleRunClearlyImprovesTheGreedyReturn) {

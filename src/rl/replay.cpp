@@ -196,9 +196,28 @@ void Replay::load_state(const safetensors::File& f, const std::string& p) {
   for (std::int64_t i = 0; i < B; ++i)
     require(sampled[i] >= -1 && sampled[i] < C && (i == 0 || sampled[i] >= sampled[i - 1]), "Replay::load_state: sampled entry ", i, " = ", sampled[i],
             "; expected -1..", C - 1, ", non-decreasing (as sample() writes them)");
-  for (std::int64_t j = 0; j < C; ++j)
+  std::int64_t positive = 0;
+  for (std::int64_t j = 0; j < C; ++j) {
     require(std::isfinite(prio[j]) && prio[j] >= 0, "Replay::load_state: priority ", j, " = ", prio[j],
             "; expected a finite number ≥ 0");
+    positive += prio[j] > 0 ? 1 : 0;
+  }
+  // The counters index the ring (step t writes row t mod rows): a corrupt one must be refused,
+  // not used — a negative step would index before the buffer.
+  require(counters[0] >= 0 && counters[0] <= (std::int64_t{1} << 50), "Replay::load_state: '", f.source,
+          "' holds replay step counter ", counters[0], "; expected a count in [0, 2^50]");
+  require(counters[1] == positive, "Replay::load_state: '", f.source, "' says ", counters[1],
+          " transitions can be sampled but its priorities hold ", positive, "; expected the same");
+  require(counters[2] >= 0, "Replay::load_state: '", f.source, "' holds sample call counter ", counters[2],
+          "; expected a count >= 0");
+  require(std::isfinite(max_p[0]) && max_p[0] >= 0, "Replay::load_state: max priority ", max_p[0],
+          "; expected a finite number >= 0");
+  for (std::int64_t r = 0; r < T; ++r)
+    require(row_step[r] >= -1 && row_step[r] < counters[0] + 1, "Replay::load_state: row ", r, " holds step ",
+            row_step[r], "; expected -1 (empty) .. ", counters[0]);
+  for (std::int64_t j = 0; j < C; ++j)
+    require(flags[j] <= (kernels::kReplayTerminated | kernels::kReplayTruncated), "Replay::load_state: entry ", j,
+            " has flags ", int(flags[j]), "; expected a combination of terminated (1) and truncated (2)");
 
   std::vector<double> tree(2 * L, 0.0);
   for (std::int64_t j = 0; j < C; ++j) tree[L + j] = prio[j];

@@ -10,7 +10,7 @@ namespace zs {
 
 namespace {
 
-constexpr const char* kLoopFormat = "zerosync-train-loop-1";
+constexpr const char* kLoopFormat = "zerosync-train-checkpoint-2";
 
 Config network_for(const TrainConfig& tc, const VecEnv& env) {
   Config c = tc.network;
@@ -195,14 +195,12 @@ LoopReport TrainLoop::report() const {
   return r;
 }
 
-void TrainLoop::save(const std::string& dir) const {
-  std::filesystem::create_directories(dir);
-  trainer_->synchronize();
-  trainer_->save(dir + "/trainer.safetensors");
+void TrainLoop::save(const std::string& path) const {
   safetensors::File f;
-  f.metadata["format"] = kLoopFormat;
-  f.metadata["config"] = without_steps(config_).dump();
-  f.metadata["env_steps"] = std::to_string(env_steps());
+  trainer_->save_state(f);  // synchronises the stream
+  f.metadata["loop.format"] = kLoopFormat;
+  f.metadata["loop.config"] = without_steps(config_).dump();
+  f.metadata["loop.env_steps"] = std::to_string(env_steps());
   f.tensors["loop.counters"] = safetensors::Tensor::from<std::int64_t>({1}, download<std::int64_t>(counters_));
   f.tensors["loop.host"] = safetensors::Tensor::from<std::int64_t>(
       {4}, {iterations_, updates_, eval_rounds_, trainer_->steps_enqueued()});
@@ -212,13 +210,14 @@ void TrainLoop::save(const std::string& dir) const {
   env_->save_state(f, "env.");
   eval_env_->save_state(f, "eval_env.");
   replay_->save_state(f, "replay.");
-  safetensors::write(dir + "/loop.safetensors", f);
+  // One file, written beside the old one and renamed over it: a kill at any instant leaves
+  // either the previous checkpoint or this one, whole.
+  safetensors::write(path, f);
 }
 
-void TrainLoop::load(const std::string& dir) {
-  const std::string path = dir + "/loop.safetensors";
-  require(std::filesystem::exists(path), "train checkpoint '", dir, "': no loop.safetensors in it; expected a ",
-          "directory written by zerosync train (trainer.safetensors + loop.safetensors)");
+void TrainLoop::load(const std::string& path) {
+  require(std::filesystem::is_regular_file(path), "train checkpoint '", path, "' does not exist or is not a file; ",
+          "expected a checkpoint written by zerosync train");
   const safetensors::File f = safetensors::read(path);
   const auto meta = [&](const char* key) {
     auto it = f.metadata.find(key);
@@ -226,25 +225,39 @@ void TrainLoop::load(const std::string& dir) {
             "file written by zerosync train (", kLoopFormat, ")");
     return it->second;
   };
-  require(meta("format") == kLoopFormat, "train checkpoint '", path, "': format '", meta("format"), "'; expected '",
-          kLoopFormat, "'");
+  require(meta("loop.format") == kLoopFormat, "train checkpoint '", path, "': format '", meta("loop.format"),
+          "'; expected '", kLoopFormat, "'");
   nlohmann::json saved;
   try {
-    saved = nlohmann::json::parse(meta("config"));
-  } catch (const nlohmann::json::parse_error&) {
+    saved = nlohmann::json::parse(meta("loop.config"));
+  } catch (const nlohmann::json::exception&) {
     fail("train checkpoint '", path, "': its config metadata is not valid JSON");
   }
   require(saved == without_steps(config_), "train checkpoint '", path,
           "' was written with a different config; expected the run's own config.json (only --steps may change)\n"
           "  checkpoint: ", saved.dump(), "\n  this run:   ", without_steps(config_).dump());
-  trainer_->load(dir + "/trainer.safetensors");
+  // The loop's own counters, checked before anything changes: a flipped bit must be refused, not
+  // trained on (a negative or huge counter would index outside the replay and the schedules).
   const auto host = f.i64("loop.host", {4});
-  require(host[3] == trainer_->steps_enqueued(), "train checkpoint '", dir, "': loop.safetensors is at training step ",
-          host[3], " but trainer.safetensors at ", trainer_->steps_enqueued(),
-          "; expected the same (the two files come from different saves)");
-  upload(counters_, f.i64("loop.counters", {1}));
-  upload(actor_->counter(), f.i64("actor.counter", {1}));
-  upload(eval_actor_->counter(), f.i64("eval_actor.counter", {1}));
+  const auto counters = f.i64("loop.counters", {1});
+  const std::int64_t limit = std::int64_t{1} << 50;
+  require(host[0] >= 0 && host[0] <= limit / config_.envs, "train checkpoint '", path, "': iterations = ", host[0],
+          "; expected a count in [0, ", limit / config_.envs, "]");
+  require(host[1] >= 0 && host[1] <= limit && host[2] >= 0 && host[2] <= host[0] && host[3] >= 0 && host[3] <= limit,
+          "train checkpoint '", path, "': updates = ", host[1], ", evaluations = ", host[2], ", training steps = ",
+          host[3], "; expected counts in [0, 2^50] with at most one evaluation per iteration");
+  require(counters[0] == host[0], "train checkpoint '", path, "': the device iteration counter is ", counters[0],
+          " but the host's is ", host[0], "; expected the same");
+  require(meta("loop.env_steps") == std::to_string(host[0] * config_.envs), "train checkpoint '", path,
+          "': its metadata says ", meta("loop.env_steps"), " environment steps but its counters ",
+          host[0] * config_.envs, "; expected the same");
+  const auto actor_counter = f.i64("actor.counter", {1}), eval_counter = f.i64("eval_actor.counter", {1});
+  trainer_->load_state(f);
+  require(host[3] == trainer_->steps_enqueued(), "train checkpoint '", path, "': the loop is at training step ",
+          host[3], " but the trainer at ", trainer_->steps_enqueued(), "; expected the same");
+  upload(counters_, counters);
+  upload(actor_->counter(), actor_counter);
+  upload(eval_actor_->counter(), eval_counter);
   env_->load_state(f, "env.");
   eval_env_->load_state(f, "eval_env.");
   replay_->load_state(f, "replay.");

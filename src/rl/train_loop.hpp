@@ -72,11 +72,13 @@ class TrainLoop {
   std::int64_t updates() const { return updates_; }
   bool done() const { return env_steps() >= config_.steps; }
 
-  // Checkpoint: `dir`/trainer.safetensors (the Trainer's own format) and `dir`/loop.safetensors
-  // (environments, replay, RNG counters, schedules, loop counters). Blocking.
-  void save(const std::string& dir) const;
-  // Restores a save(); the run then continues exactly as if it had never stopped.
-  void load(const std::string& dir);
+  // Checkpoint: one safetensors file holding the trainer's state (Trainer::save_state) and the
+  // loop's (environments, replay, RNG counters, schedules, loop counters), replaced atomically:
+  // a kill at any instant leaves the previous checkpoint or this one, whole. Blocking.
+  void save(const std::string& path) const;
+  // Restores a save(); the run then continues exactly as if it had never stopped. Every counter
+  // is range-checked and a file of another config or format is refused with a clear error.
+  void load(const std::string& path);
   // Parameters of the last evaluation's snapshot, in PyTorch nn.Linear naming (blocking).
   void save_eval_params(const std::string& path) const;
   void synchronize() const { trainer_->synchronize(); }

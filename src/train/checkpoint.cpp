@@ -1,6 +1,9 @@
 // Trainer checkpoints in safetensors, so PyTorch/JAX users can open them: every tensor the run
 // needs to continue exactly (parameters, target, the optimizer's state, guard state, spectral-norm
 // vectors, each loss term's own state) plus the config and step count in the metadata.
+#include <cmath>
+#include <cstring>
+
 #include <nlohmann/json.hpp>
 
 #include "backends/host_copy.hpp"
@@ -16,8 +19,15 @@ std::vector<std::int64_t> shape_of(const TensorDesc& t) { return {t.shape.begin(
 }  // namespace
 
 void Trainer::save(const std::string& path) const {
-  stream_.synchronize();
   safetensors::File f;
+  save_state(f);
+  safetensors::write(path, f);
+}
+
+void Trainer::load(const std::string& path) { load_state(safetensors::read(path)); }
+
+void Trainer::save_state(safetensors::File& f) const {
+  stream_.synchronize();
   f.metadata["format"] = kFormat;
   f.metadata["config"] = config_.to_json().dump();
   f.metadata["steps"] = std::to_string(steps_);
@@ -34,11 +44,10 @@ void Trainer::save(const std::string& path) const {
     f.tensors["spectral.uv"] = safetensors::Tensor::from<float>({static_cast<std::int64_t>(uv.size())}, uv);
   }
   for (const auto& t : terms_) t->save_state(f);
-  safetensors::write(path, f);
 }
 
-void Trainer::load(const std::string& path) {
-  const safetensors::File f = safetensors::read(path);
+void Trainer::load_state(const safetensors::File& f) {
+  const std::string& path = f.source;
   const auto meta = [&](const char* key) {
     auto it = f.metadata.find(key);
     require(it != f.metadata.end(), "checkpoint '", path, "': no '", key,
@@ -67,6 +76,19 @@ void Trainer::load(const std::string& path) {
   const auto gs = f.f64("guard.state", {static_cast<std::int64_t>(guard_.device_state().extent(0))});
   const auto gstep = f.i64("guard.step", {1});
   const auto steps = f.i64("steps", {1});
+  // Counters a corrupt file could make absurd: refused, not trained on.
+  require(steps[0] >= 0 && steps[0] < (std::int64_t{1} << 53), "checkpoint '", path, "': steps = ", steps[0],
+          "; expected a count in [0, 2^53)");
+  require(gstep[0] >= 0 && gstep[0] <= steps[0], "checkpoint '", path, "': guard.step = ", gstep[0],
+          "; expected a count in [0, steps = ", steps[0], "]");
+  kernels::GuardState guard_state;
+  std::memcpy(static_cast<void*>(&guard_state), gs.data(), sizeof guard_state);
+  for (const kernels::GuardSums* sums : {&guard_state.running, &guard_state.snapshot})
+    require(sums->steps >= 0 && sums->skipped >= 0 && sums->steps + sums->skipped <= double(steps[0]) &&
+                std::isfinite(sums->loss_sum) && std::isfinite(sums->grad_norm_sum),
+            "checkpoint '", path, "': guard.state holds sums over ", sums->steps, " clean and ", sums->skipped,
+            " skipped steps (loss sum ", sums->loss_sum, "); expected counts in [0, steps = ", steps[0],
+            "] and finite sums");
   std::vector<float> uv;
   if (spectral_) uv = f.f32("spectral.uv", {static_cast<std::int64_t>(spectral_->vectors().extent(0))});
   for (const auto& t : terms_) t->check_state(f);

@@ -67,8 +67,15 @@ void Optimizer::save_state(safetensors::File& f) const {
 void Optimizer::check_state(const safetensors::File& f) const {
   for (const char* prefix : {"adam_m.", "adam_v."})
     for (const auto& t : layout_.tensors()) f.f32(prefix + t.name, shape_of(t));
-  f.f64("adam.state", {kernels::kAdamStateSize});
-  f.f32("lr", {1});
+  const auto state = f.f64("adam.state", {kernels::kAdamStateSize});
+  const double t = state[kernels::kAdamT];
+  require(std::isfinite(t) && t >= 0 && t < 9007199254740992.0 && t == std::floor(t), "checkpoint '", f.source,
+          "': Adam's step count t = ", t, "; expected a whole number in [0, 2^53)");
+  for (int i : {int(kernels::kAdamBc1), int(kernels::kAdamBc2)})
+    require(std::isfinite(state[i]) && state[i] >= 0 && state[i] <= 1, "checkpoint '", f.source,
+            "': Adam's bias correction ", state[i], "; expected a value in [0, 1]");
+  const float lr = f.f32("lr", {1})[0];
+  require(std::isfinite(lr) && lr > 0.f, "checkpoint '", f.source, "': lr = ", lr, "; expected a positive number");
 }
 
 void Optimizer::load_state(const safetensors::File& f) {

@@ -135,6 +135,10 @@ class Trainer {
   // changing anything; a resumed run continues exactly.
   void save(const std::string& path) const;
   void load(const std::string& path);
+  // The same tensors and metadata into / from a file being assembled or already read (a caller
+  // that adds its own state to the trainer's writes one file: the training loop's checkpoint).
+  void save_state(safetensors::File& f) const;
+  void load_state(const safetensors::File& f);
 
  private:
   void enqueue_step();
