@@ -198,8 +198,8 @@ TEST(TrainLoop, CheckpointWithAbsurdCountersIsRefused) {
       {"loop.counters", 0, 7, "device iteration counter is 7"},
       {"steps", 0, -3, "steps = -3"},
       {"guard.step", 0, 1 << 30, "guard.step = "},
-      {"replay.counters", 0, -9, "replay"},
-      {"replay.counters", 1, -1, "replay"},
+      {"replay.counters", 0, -9, "replay step counter -9"},
+      {"replay.counters", 1, -1, "says -1 transitions can be sampled"},
   };
   for (const auto& k : cases) {
     SCOPED_TRACE(testing::Message() << k.tensor << "[" << k.index << "] = " << k.value);

@@ -28,7 +28,7 @@ struct RunPaths {
   std::string config() const { return dir + "/config.json"; }
   std::string metrics() const { return dir + "/metrics.csv"; }
   std::string evals() const { return dir + "/eval.csv"; }
-  std::string checkpoint() const { return dir + "/checkpoint"; }
+  std::string checkpoint() const { return dir + "/checkpoint.safetensors"; }
   std::string best_model() const { return dir + "/best_model.safetensors"; }
   std::string plot_script() const { return dir + "/learning_curve.gp"; }
   std::string plot() const { return dir + "/learning_curve.png"; }

@@ -92,7 +92,7 @@ TrainSummary run_train_command(const TrainCommand& cmd, std::ostream& log) {
     run.dir = default_run_dir(cmd.env.empty() ? "cartpole" : cmd.env);
   }
   if (!cmd.resume)
-    require(!std::filesystem::exists(run.dir + "/checkpoint") && !std::filesystem::exists(run.config()),
+    require(!std::filesystem::exists(run.checkpoint()) && !std::filesystem::exists(run.config()),
             "train: '", run.dir, "' already holds a run; expected a new directory, or --resume to continue it");
   const TrainConfig config = resolve_config(cmd, run);
   std::filesystem::create_directories(run.dir);
@@ -100,8 +100,8 @@ TrainSummary run_train_command(const TrainCommand& cmd, std::ostream& log) {
   TrainLoop loop(config);
   std::int64_t start_steps = 0;
   if (cmd.resume) {
-    require(std::filesystem::exists(run.checkpoint() + "/loop.safetensors"), "train --resume: no checkpoint in '",
-            run.checkpoint(), "'; expected one written by an earlier run (at checkpoint_every, Ctrl-C or the end)");
+    require(std::filesystem::exists(run.checkpoint()), "train --resume: no checkpoint '", run.checkpoint(),
+            "'; expected one written by an earlier run (at checkpoint_every, Ctrl-C or the end)");
     loop.load(run.checkpoint());
     start_steps = loop.env_steps();
     CsvLog::truncate_after(run.metrics(), start_steps);
@@ -251,7 +251,7 @@ TrainSummary run_train_command(const TrainCommand& cmd, std::ostream& log) {
   log << "  run directory: " << run.dir << "\n";
   if (healthy)
     log << "  checkpoint:    " << run.checkpoint() << "  (continue: zerosync train --resume --out " << run.dir << ")\n";
-  else if (std::filesystem::exists(run.checkpoint() + "/loop.safetensors"))
+  else if (std::filesystem::exists(run.checkpoint()))
     log << "  last good checkpoint: " << run.checkpoint() << " (saved before the problem; not overwritten)\n";
   else
     log << "  no checkpoint was saved before the problem (checkpoint_every = " << config.checkpoint_every << ")\n";

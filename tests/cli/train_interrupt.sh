@@ -23,7 +23,7 @@ status=$?
 cat "$dir/log"
 [ "$status" -eq 130 ] || { echo "FAIL: exit status $status after Ctrl-C; expected 130"; exit 1; }
 grep -q "interrupted (Ctrl-C)" "$dir/log" || { echo "FAIL: no 'interrupted' message"; exit 1; }
-[ -f "$dir/run/checkpoint/loop.safetensors" ] || { echo "FAIL: no checkpoint after Ctrl-C"; exit 1; }
+[ -f "$dir/run/checkpoint.safetensors" ] || { echo "FAIL: no checkpoint after Ctrl-C"; exit 1; }
 steps=$(sed -n 's/^  \([0-9]*\) environment steps.*/\1/p' "$dir/log")
 [ -n "$steps" ] || { echo "FAIL: no step count in the summary"; exit 1; }
 target=$((steps + 40))
