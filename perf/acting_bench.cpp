@@ -3,6 +3,8 @@
 // call at B = 256. Each call includes the one-thread counter increment that follows it.
 #include <benchmark/benchmark.h>
 
+#include <cstddef>
+#include <cstdint>
 #include <random>
 
 #include "backends/graph.hpp"

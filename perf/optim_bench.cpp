@@ -4,7 +4,10 @@
 // whole tail as one graph replay.
 #include <benchmark/benchmark.h>
 
+#include <cstddef>
 #include <cstdint>
+#include <string>
+#include <utility>
 
 #include "backends/graph.hpp"
 #include "bench_util.hpp"

@@ -2,7 +2,9 @@
 // DESIGN §2/§3 and issue 4's "Semantics, exactly", sharing nothing with the device code but the
 // parameter layout's offsets. The reference the device network and loss are tested against.
 #pragma once
+#include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <vector>
 
 #include "core/config.hpp"

@@ -1,7 +1,9 @@
 #include "app/step_command.hpp"
 
 #include <nlohmann/json.hpp>
+#include <cstdint>
 #include <set>
+#include <vector>
 
 #include "core/safetensors.hpp"
 #include "train/trainer.hpp"

@@ -4,6 +4,7 @@
 // the elementwise operations of scaled_copy followed by one clipped_saxpy per auxiliary, in that
 // order, without writing the partial sums out between them.
 #pragma once
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 

@@ -4,6 +4,7 @@
 // cross-entropy against the online log-probabilities of the taken action.
 #pragma once
 #include <cmath>
+#include <cstddef>
 
 #include "backends/backend.hpp"
 #include "core/error.hpp"

@@ -4,6 +4,7 @@
 // clip scale is written by adam_prepare (kernels/adam.hpp), saving the step a launch.
 #pragma once
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 
 #include "backends/backend.hpp"

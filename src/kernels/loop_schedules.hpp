@@ -3,6 +3,7 @@
 // C51 log-probabilities for acting, a flat copy, and the episode summaries posted to the host.
 #pragma once
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 
 #include "backends/backend.hpp"

@@ -1,5 +1,8 @@
 #include "losses/ensemble.hpp"
 
+#include <cstddef>
+#include <utility>
+
 #include "kernels/ensemble_loss.hpp"
 
 namespace zs {

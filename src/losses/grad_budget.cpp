@@ -1,6 +1,7 @@
 #include "losses/grad_budget.hpp"
 
 #include <cmath>
+#include <string>
 
 #include "core/error.hpp"
 

@@ -1,5 +1,7 @@
 #include "rl/actor.hpp"
 
+#include <cstddef>
+
 #include "kernels/loop_schedules.hpp"
 
 namespace zs {

@@ -3,6 +3,12 @@
 // vectors, lr) plus the config and step count in the metadata.
 #include <nlohmann/json.hpp>
 
+#include <cstdint>
+#include <exception>
+#include <string>
+#include <utility>
+#include <vector>
+
 #include "backends/host_copy.hpp"
 #include "core/safetensors.hpp"
 #include "train/trainer.hpp"
