@@ -2,10 +2,10 @@
 // result delivered to the host through the pinned mailbox, read lagged, never waited for.
 #include <cstdio>
 
-#include "backends/stream.hpp"
-#include "kernels/grad_norm.hpp"
-#include "backends/mailbox.hpp"
-#include "nn/param_buffer.hpp"
+#include <zerosync/backends/stream.hpp>
+#include <zerosync/kernels/grad_norm.hpp>
+#include <zerosync/backends/mailbox.hpp>
+#include <zerosync/nn/param_buffer.hpp>
 
 int main(int argc, char** argv) {
   Kokkos::ScopeGuard kokkos(argc, argv);

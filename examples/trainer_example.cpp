@@ -3,7 +3,7 @@
 #include <cstdio>
 #include <cstdlib>
 
-#include "train/trainer.hpp"
+#include <zerosync/train/trainer.hpp>
 
 int main(int argc, char** argv) {
   Kokkos::ScopeGuard kokkos(argc, argv);

@@ -4,6 +4,8 @@
 // increment that follows it.
 #include <benchmark/benchmark.h>
 
+#include <cstddef>
+#include <cstdint>
 #include <random>
 
 #include "backends/graph.hpp"

@@ -4,6 +4,7 @@
 
 #include <Kokkos_Core.hpp>
 #include <cstdlib>
+#include <string>
 
 #include "backends/device_info.hpp"
 

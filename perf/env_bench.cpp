@@ -2,6 +2,8 @@
 // in one launch, at N = 1 (launch-bound), 64 and 4096.
 #include <benchmark/benchmark.h>
 
+#include <cstdint>
+
 #include "bench_util.hpp"
 #include "rl/envs.hpp"
 

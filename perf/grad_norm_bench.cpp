@@ -1,6 +1,8 @@
 // µs per global-gradient-norm call over a flat buffer, directly launched and as graph replays.
 #include <benchmark/benchmark.h>
 
+#include <cstddef>
+
 #include "backends/graph.hpp"
 #include "bench_util.hpp"
 #include "kernels/grad_norm.hpp"

@@ -2,6 +2,8 @@
 // as graph replays, and per boundary (snapshot + reset + post).
 #include <benchmark/benchmark.h>
 
+#include <cstdint>
+
 #include "backends/graph.hpp"
 #include "bench_util.hpp"
 #include "train/guard.hpp"

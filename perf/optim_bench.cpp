@@ -4,7 +4,9 @@
 // replay.
 #include <benchmark/benchmark.h>
 
+#include <cstddef>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "backends/graph.hpp"

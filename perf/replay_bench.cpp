@@ -2,6 +2,7 @@
 // sample + update_priorities at B = 256 for capacity 1e5 and 1e6 (prioritised and uniform).
 #include <benchmark/benchmark.h>
 
+#include <cstdint>
 #include <random>
 
 #include "bench_util.hpp"

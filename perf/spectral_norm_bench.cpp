@@ -3,6 +3,7 @@
 // scaling pass runs (σ₁ of the 256-wide layers starts near 3 and creeps back above 1).
 #include <benchmark/benchmark.h>
 
+#include <cstddef>
 #include <random>
 
 #include "backends/graph.hpp"

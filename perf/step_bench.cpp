@@ -4,6 +4,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <string>
+
 #include "bench_util.hpp"
 #include "train/trainer.hpp"
 

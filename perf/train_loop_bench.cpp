@@ -3,6 +3,9 @@
 // learning_starts. Reported per iteration, with env steps/s and training steps/s.
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
+#include <cstdint>
+
 #include "bench_util.hpp"
 #include "rl/train_loop.hpp"
 

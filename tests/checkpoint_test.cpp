@@ -3,10 +3,14 @@
 // message and changes nothing.
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <cstring>
 #include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <string>
+#include <vector>
 
 #include "core/safetensors.hpp"
 #include "test_util.hpp"

@@ -4,6 +4,11 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
 #include "kernels/cql_loss.hpp"
 #include "fd_check.hpp"
 #include "network_reference.hpp"

@@ -5,8 +5,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <random>
+#include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>

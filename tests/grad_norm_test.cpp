@@ -1,7 +1,10 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstddef>
 #include <limits>
+#include <string>
+#include <vector>
 
 #include "backends/stream.hpp"
 #include "core/error.hpp"

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstddef>
 
 #include "backends/graph.hpp"
 #include "backends/stream.hpp"

@@ -1,9 +1,11 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <limits>
 #include <random>
+#include <string>
 
 #include "backends/graph.hpp"
 #include "backends/stream.hpp"

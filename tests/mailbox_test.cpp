@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include <string>
+
 #include "backends/stream.hpp"
 #include "core/error.hpp"
 #include "backends/mailbox.hpp"

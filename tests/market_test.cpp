@@ -8,6 +8,8 @@
 #include <cstdint>
 #include <cstdio>
 #include <random>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "backends/graph.hpp"

@@ -2,7 +2,9 @@
 // docs/architecture.md and docs/kernels.md, sharing nothing with the device code but the
 // parameter layout's offsets. The reference the device network and loss are tested against.
 #pragma once
+#include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <string>
 #include <vector>
 

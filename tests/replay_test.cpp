@@ -3,7 +3,9 @@
 // IS weights, priority updates (NaN, duplicates, stale entries), save/load and a graph replay.
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <optional>
+#include <string>
 
 #include <algorithm>
 #include <cmath>

@@ -2,11 +2,16 @@
 // a step from given parameters matches the double reference, and bad files are refused clearly.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
 #include <fstream>
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <sstream>
+#include <string>
+#include <vector>
 
 #include "network_reference.hpp"
 #include "core/safetensors.hpp"

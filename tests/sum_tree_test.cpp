@@ -2,9 +2,13 @@
 // (duplicates, NaN, Inf, negative indices), descent against prefix sums, the u ≥ total edge.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstddef>
+#include <cstdint>
 #include <limits>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "backends/stream.hpp"

@@ -3,6 +3,8 @@
 // Views, teams) pass; the watch coexists with other Kokkos tools hooks and leaves nothing behind.
 #include <gtest/gtest.h>
 
+#include <cstdint>
+#include <exception>
 #include <functional>
 #include <string>
 #include <vector>

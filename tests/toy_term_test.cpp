@@ -4,8 +4,11 @@
 // it in: the proof that a new loss is one file plus one registration.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
+#include <memory>
 #include <string>
 #include <vector>
 

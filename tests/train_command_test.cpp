@@ -2,10 +2,12 @@
 // promise, a finished run resumes with a longer budget, and misuse is refused clearly.
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <cstdlib>
+#include <string>
 
 #include "test_util.hpp"
 #include "app/train_command.hpp"

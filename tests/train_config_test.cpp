@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <string>
+#include <vector>
 
 #include "test_util.hpp"
 #include "kernels/loop_schedules.hpp"

@@ -3,9 +3,18 @@
 // uninterrupted one.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
 #include <filesystem>
+#include <memory>
+#include <optional>
 #include <random>
+#include <string>
+#include <tuple>
+#include <vector>
 
 #include "backends/stream.hpp"
 #include "kernels/loop_schedules.hpp"

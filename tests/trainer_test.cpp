@@ -3,7 +3,9 @@
 // trips the guard and changes nothing.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <nlohmann/json.hpp>
 #include <random>

@@ -1,6 +1,7 @@
 // The zerosync command-line program. With no subcommand it prints the build configuration
 // and runs the self-check, so a fresh build can be trusted in one command.
 #include <CLI/CLI.hpp>
+#include <cstdint>
 #include <cstdlib>
 #include <iostream>
 

@@ -2,6 +2,7 @@
 // every few seconds otherwise (logs, CI), so progress is visible either way.
 #pragma once
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <ostream>
 #include <string>

@@ -1,7 +1,9 @@
 #include "app/self_check.hpp"
 
 #include <cmath>
+#include <cstddef>
 #include <random>
+#include <string>
 
 #include "backends/graph.hpp"
 #include "backends/stream.hpp"

@@ -1,7 +1,11 @@
 #include "app/step_command.hpp"
 
 #include <nlohmann/json.hpp>
+#include <cstddef>
+#include <cstdint>
 #include <set>
+#include <utility>
+#include <vector>
 
 #include "core/safetensors.hpp"
 #include "train/trainer.hpp"

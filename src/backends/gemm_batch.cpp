@@ -1,4 +1,8 @@
+#include <cstddef>
+#include <cstdint>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "backends/gemm.hpp"
 #include "core/error.hpp"

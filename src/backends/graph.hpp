@@ -2,6 +2,7 @@
 // mode, so any hidden synchronisation, allocation or blocking copy inside the recorded work
 // makes capture fail (and capture() throws). On the host: the recorded callable itself.
 #pragma once
+#include <cstddef>
 #include <functional>
 #include <memory>
 

@@ -1,6 +1,7 @@
 // Blocking copies between a device View and a std::vector (element-wise static_cast), for
 // checkpoints, tools and tests' set-up — never inside a step.
 #pragma once
+#include <cstddef>
 #include <string>
 #include <vector>
 

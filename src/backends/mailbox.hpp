@@ -5,6 +5,7 @@
 // what it sees is.
 #pragma once
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <optional>

@@ -4,7 +4,9 @@
 #include "backends/sync_watch.hpp"
 
 #include <Kokkos_Core.hpp>
+#include <cstdint>
 #include <mutex>
+#include <utility>
 
 #include "core/error.hpp"
 

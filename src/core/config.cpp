@@ -1,6 +1,7 @@
 #include "core/config.hpp"
 
 #include <cmath>
+#include <cstddef>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>

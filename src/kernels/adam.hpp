@@ -6,6 +6,7 @@
 // each launch removed saves a few microseconds.
 #pragma once
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <string>
 

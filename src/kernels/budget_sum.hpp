@@ -4,6 +4,7 @@
 // C51's term first, then the auxiliaries in the trainer's order, each product added to the sum
 // in that order.
 #pragma once
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 

@@ -2,6 +2,7 @@
 // (q_k[a][j] = v[j] + o_k[a][j] − mean_a o_k[a][j]), then log-softmax over atoms.
 #pragma once
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 

@@ -5,6 +5,7 @@
 // cross-entropy against the online log-probabilities of the taken action.
 #pragma once
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 
 #include "backends/backend.hpp"

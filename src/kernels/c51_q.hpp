@@ -2,6 +2,7 @@
 // branch. The one definition that acting, evaluation, the Q monitor and the loss's double-DQN a*
 // all use, so an argmax is the same everywhere, near-ties included.
 #pragma once
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 

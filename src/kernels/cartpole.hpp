@@ -11,6 +11,7 @@
 // clamped (< 0 → 0 left, > 1 → 1 right).
 #pragma once
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 
 #include "backends/backend.hpp"

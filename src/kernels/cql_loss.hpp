@@ -2,6 +2,7 @@
 // outputs: per sample and branch, logsumexp_a Q(s, a) − Q(s, a_taken), Q = Σ_j p_j·z_j.
 #pragma once
 #include <cmath>
+#include <cstddef>
 
 #include "backends/backend.hpp"
 #include "core/error.hpp"

@@ -1,6 +1,9 @@
 // The elementwise and column-wise pieces of a dense layer around its GEMM: bias + ReLU after
 // the forward product, the ReLU mask and the bias gradient (column sums) in the backward pass.
 #pragma once
+#include <cstddef>
+#include <cstdint>
+
 #include "backends/backend.hpp"
 #include "core/error.hpp"
 

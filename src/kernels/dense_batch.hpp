@@ -4,7 +4,9 @@
 // mask on the way. One launch instead of one per matrix is what takes nodes out of the graph.
 #pragma once
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "backends/backend.hpp"

@@ -3,6 +3,7 @@
 // spread of Q(s, a_taken) over all heads (main + E) as an uncertainty statistic.
 #pragma once
 #include <cmath>
+#include <cstddef>
 
 #include "backends/backend.hpp"
 #include "core/error.hpp"

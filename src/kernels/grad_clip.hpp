@@ -5,6 +5,7 @@
 // budget_sum.hpp (each auxiliary's).
 #pragma once
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 
 #include "backends/backend.hpp"

@@ -3,6 +3,7 @@
 // step; plus a boundary launch that snapshots and resets the sums.
 #pragma once
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 
 #include "backends/backend.hpp"

@@ -3,6 +3,7 @@
 // Huber loss against the target net's quantiles at the double-DQN action.
 #pragma once
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 
 #include "backends/backend.hpp"

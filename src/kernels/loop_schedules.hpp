@@ -3,6 +3,7 @@
 // copy, and the episode summaries posted to the host.
 #pragma once
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 
 #include "backends/backend.hpp"

@@ -5,6 +5,7 @@
 // a step on the host from the same numbers.
 #pragma once
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 
 #include "backends/backend.hpp"

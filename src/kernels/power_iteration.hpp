@@ -31,6 +31,7 @@
 // alone whether to scale, and two identical calls give identical results.
 #pragma once
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <type_traits>

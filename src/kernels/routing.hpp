@@ -18,6 +18,7 @@
 // The boundaries are decided exactly: `s <= 2·m` etc. in double, where 2·m, 0.75·m and 1.5·m
 // of a float m are exact, instead of a rounded division.
 #pragma once
+#include <cstddef>
 #include <cstdint>
 
 #include "backends/backend.hpp"

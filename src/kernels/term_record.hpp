@@ -3,6 +3,7 @@
 // statistic of its own (NaN when it has none), written by one thread after the guard's check.
 #pragma once
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 

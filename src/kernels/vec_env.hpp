@@ -1,6 +1,7 @@
 // Device pieces every vectorised environment shares: random draws from the counter-based RNG
 // (kernels/counter_rng.hpp: 53-bit uniforms, Box–Muller normals) and the per-step episode bookkeeping.
 #pragma once
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 

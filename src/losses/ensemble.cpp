@@ -1,6 +1,8 @@
 #include "losses/ensemble.hpp"
 
+#include <cstddef>
 #include <string>
+#include <utility>
 
 #include "kernels/ensemble_loss.hpp"
 

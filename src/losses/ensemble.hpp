@@ -3,6 +3,8 @@
 // gradient (heads and trunk), and the spread of Q over all heads as uncertainty.
 #pragma once
 #include <memory>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "losses/loss_term.hpp"

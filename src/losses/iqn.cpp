@@ -1,7 +1,9 @@
 #include "losses/iqn.hpp"
 
 #include <cmath>
+#include <cstddef>
 #include <tuple>
+#include <vector>
 
 #include "kernels/dense.hpp"
 #include "kernels/iqn_quantiles.hpp"

@@ -1,6 +1,8 @@
 #include "losses/registry.hpp"
 
 #include <algorithm>
+#include <cmath>
+#include <cstddef>
 #include <mutex>
 #include <string>
 

@@ -1,5 +1,7 @@
 #include "nn/network.hpp"
 
+#include <cstddef>
+
 #include "kernels/dense.hpp"
 
 namespace zs {

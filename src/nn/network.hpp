@@ -2,6 +2,7 @@
 // backend, bias/ReLU/dueling/log-softmax through Kokkos kernels. Buffers for activations are
 // made once per row count (Activations) and reused by every step.
 #pragma once
+#include <cstddef>
 #include <vector>
 
 #include "backends/gemm.hpp"

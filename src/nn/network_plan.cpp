@@ -1,6 +1,9 @@
 #include "nn/network_plan.hpp"
 
+#include <cstddef>
+#include <cstdint>
 #include <map>
+#include <utility>
 
 #include "kernels/dense_batch.hpp"
 

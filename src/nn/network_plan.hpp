@@ -9,6 +9,7 @@
 #pragma once
 #include <functional>
 #include <initializer_list>
+#include <utility>
 #include <vector>
 
 #include "nn/network.hpp"

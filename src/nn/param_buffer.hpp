@@ -1,6 +1,7 @@
 // One flat device buffer laid out by ParamLayout, with per-layer views made once at
 // construction so that the step never computes an offset or looks a name up.
 #pragma once
+#include <cstddef>
 #include <string>
 #include <utility>
 #include <vector>

@@ -1,6 +1,7 @@
 #include "nn/spectral_norm.hpp"
 
 #include <cmath>
+#include <cstddef>
 
 #include "core/error.hpp"
 

@@ -4,6 +4,7 @@
 // matrix, and the scratch between passes); apply() is three launches (kernels/spectral_norm.hpp
 // says what one call computes and what happens to zero, tiny and non-finite matrices).
 #pragma once
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>

@@ -1,5 +1,8 @@
 #include "rl/actor.hpp"
 
+#include <cstddef>
+#include <vector>
+
 #include "kernels/c51_q.hpp"
 
 namespace zs {

@@ -1,4 +1,6 @@
 // The cart-pole VecEnv: buffers from the base, dynamics in kernels/cartpole.hpp.
+#include <cstdint>
+
 #include "rl/envs.hpp"
 
 namespace zs {

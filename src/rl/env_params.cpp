@@ -2,6 +2,7 @@
 // naming the key, the value and what is expected; missing keys keep the documented defaults.
 #include <cmath>
 #include <set>
+#include <string>
 
 #include "rl/envs.hpp"
 

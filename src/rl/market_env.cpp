@@ -1,4 +1,7 @@
 // The market VecEnv: buffers from the base, dynamics in kernels/market.hpp.
+#include <cstddef>
+#include <cstdint>
+
 #include "rl/envs.hpp"
 
 namespace zs {

@@ -1,6 +1,7 @@
 #include "rl/replay.hpp"
 
 #include <cmath>
+#include <cstddef>
 #include <vector>
 
 #include "backends/host_copy.hpp"

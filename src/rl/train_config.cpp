@@ -3,6 +3,7 @@
 #include <cmath>
 #include <fstream>
 #include <set>
+#include <utility>
 
 #include "core/error.hpp"
 

@@ -6,6 +6,12 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cstdint>
+#include <exception>
+#include <string>
+#include <utility>
+#include <vector>
+
 #include "backends/host_copy.hpp"
 #include "core/safetensors.hpp"
 #include "train/trainer.hpp"

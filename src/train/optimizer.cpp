@@ -2,6 +2,8 @@
 
 #include <cmath>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "backends/host_copy.hpp"
 #include "kernels/target_update.hpp"

@@ -1,7 +1,10 @@
 #include "train/trainer.hpp"
 
 #include <cmath>
+#include <cstddef>
+#include <cstdint>
 #include <random>
+#include <utility>
 
 #include "kernels/budget_sum.hpp"
 #include "losses/registry.hpp"

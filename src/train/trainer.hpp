@@ -5,6 +5,8 @@
 // trips) → records to the pinned mailbox. On CUDA the step is recorded once as a CUDA graph and
 // replayed: one launch per step.
 #pragma once
+#include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>

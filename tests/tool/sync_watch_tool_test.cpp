@@ -3,6 +3,7 @@
 // callbacks, and the watch must tell those fences from the body's own.
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <string>
 #include <vector>
 

@@ -4,6 +4,7 @@
 #include <cublas_v2.h>
 
 #include <algorithm>
+#include <cstddef>
 
 #include "backends/cuda/check.hpp"
 #include "backends/gemm.hpp"

@@ -4,6 +4,8 @@
 // Views, an allocation's label, a fence) where the capture alone would only say that it failed.
 #include "backends/graph.hpp"
 
+#include <exception>
+
 #include "backends/cuda/check.hpp"
 #include "backends/sync_watch.hpp"
 
