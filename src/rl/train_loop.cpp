@@ -246,7 +246,7 @@ void TrainLoop::load(const std::string& dir) {
           kLoopFormat, "'");
   nlohmann::json saved;
   try {
-    saved = nlohmann::json::parse(meta("config"));
+    saved = parse_json(meta("config"), "train checkpoint '" + path + "': its config metadata");
   } catch (const nlohmann::json::parse_error&) {
     fail("train checkpoint '", path, "': its config metadata is not valid JSON");
   }
