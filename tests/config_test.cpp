@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -101,4 +102,98 @@ TEST(Config, MissingFileAndBadJsonAreClearErrors) {
   } catch (const zs::Error& e) {
     EXPECT_NE(std::string(e.what()).find("not valid JSON"), std::string::npos) << e.what();
   }
+}
+
+namespace {
+std::string file_error(const std::string& name, const std::string& text) {
+  const std::string path = zs::test::temp_path(name);
+  { std::ofstream(path) << text; }
+  try {
+    Config::from_file(path);
+  } catch (const zs::Error& e) {
+    return e.what();
+  }
+  return "";
+}
+}  // namespace
+
+TEST(Config, FilesAreReadStrictlyAndNameTheFile) {
+  struct Case { std::string text, needle; };
+  const std::vector<Case> cases = {
+      {"{\"atoms\": 11} trailing", "more follows the first value"},
+      {"{\"atoms\": 11}\n{\"atoms\": 21}", "more follows the first value"},
+      {"{\"atoms\": 11, \"atoms\": 21}", "repeats key 'atoms'"},
+      {"{\"v_min\": 1e400}", "number overflow"},
+      {std::string(70000, '[') + std::string(70000, ']'), "more than 64 levels deep"},
+      {"{\"iqn\": " + std::string(70000, '[') + std::string(70000, ']') + "}", "more than 64 levels deep"},
+  };
+  for (const auto& c : cases) {
+    const auto msg = file_error("strict.json", c.text);
+    EXPECT_NE(msg.find(c.needle), std::string::npos) << msg.substr(0, 200);
+    EXPECT_NE(msg.find("strict.json"), std::string::npos) << msg.substr(0, 200);
+  }
+  const std::string dir = zs::test::temp_path("dir");
+  std::filesystem::create_directories(dir);
+  EXPECT_NE(zs::test::error_of([&] { Config::from_file(dir); }).find("is a directory"), std::string::npos);
+  // A value error names the file too.
+  EXPECT_NE(file_error("bad_atoms.json", "{\"atoms\": 1}").find("bad_atoms.json': config: atoms = 1"), std::string::npos);
+}
+
+TEST(Config, IntegersNeverWrapAndSeedsFollowOnePolicy) {
+  struct Case { nlohmann::json j; std::string needle; };
+  const std::vector<Case> cases = {
+      {{{"atoms", 4294967307ull}}, "atoms = 4294967307 is invalid; expected an integer in [2, 1024]"},
+      {{{"state_dim", 2147483648ll}}, "state_dim = 2147483648 is invalid; expected an integer in [1, 1048576]"},
+      {{{"n_step", -4294967295ll}}, "n_step = -4294967295 is invalid"},
+      {{{"trunk", {4294967297ull}}}, "trunk = [4294967297] is invalid"},
+      {{{"branches", {2, 4294967298ull}}}, "branches = [2, 4294967298] is invalid"},
+      {{{"iqn", {{"n_tau", 4294967304ull}}}}, "iqn.n_tau = 4294967304 is invalid; expected an integer in [1, 1024]"},
+      {{{"ensemble", {{"k", 4294967298ull}}}}, "ensemble.k = 4294967298 is invalid"},
+      {{{"seed", -1}}, "seed = -1 is invalid; expected an integer in [0, 18446744073709551615]"},
+      {{{"seed", 1.5}}, "seed = 1.5 is invalid"},
+      {{{"seed", 1e20}}, "seed = 1e+20 is invalid"},
+      {{{"lr", 1e39}}, "lr = 1e+39 is invalid; expected a number within the range of a float"},
+  };
+  for (const auto& c : cases) {
+    const auto msg = error_of(c.j);
+    EXPECT_NE(msg.find(c.needle), std::string::npos) << c.j.dump() << " -> '" << msg << "'";
+  }
+  EXPECT_EQ(Config::from_json({{"seed", 18446744073709551615ull}}).seed, 18446744073709551615ull);
+  // Through a file, 2^64 itself arrives as a double and is refused, not rounded.
+  EXPECT_NE(file_error("seed.json", "{\"seed\": 18446744073709551616}").find("seed = 1.8446744073709552e+19 is invalid"),
+            std::string::npos);
+}
+
+TEST(Config, TheSupportMustGiveFiniteIncreasingAtomsInFloat) {
+  struct Case { nlohmann::json j; std::string needle; };
+  const std::vector<Case> cases = {
+      {{{"v_min", -2e38}, {"v_max", 2e38}}, "expected a span v_max - v_min finite in float"},
+      {{{"v_min", 0}, {"v_max", 1e-45}}, "expected finite, strictly increasing atoms"},
+      {{{"v_min", 1e7}, {"v_max", 1e7 + 1}}, "atom 1 (1e+07) is not above atom 0"},
+  };
+  for (const auto& c : cases) {
+    const auto msg = error_of(c.j);
+    EXPECT_NE(msg.find(c.needle), std::string::npos) << c.j.dump() << " -> '" << msg << "'";
+  }
+  // Wide and narrow supports that give distinct finite atoms stay valid.
+  EXPECT_NO_THROW(Config::from_json({{"v_min", -1e38}, {"v_max", 1e38}}));
+  EXPECT_NO_THROW(Config::from_json({{"v_min", 0}, {"v_max", 1e-30}}));
+  EXPECT_NO_THROW(Config::from_json({{"v_min", 1e7}, {"v_max", 1e7 + 64}, {"atoms", 5}}));
+}
+
+TEST(Config, ListKeysAreBounded) {
+  EXPECT_NE(error_of({{"trunk", std::vector<int>(65, 8)}}).find("trunk = [8, 8"), std::string::npos);
+  EXPECT_NE(error_of({{"trunk", std::vector<int>(65, 8)}}).find("expected a list of 1 to 64 integers"),
+            std::string::npos);
+  EXPECT_NO_THROW(Config::from_json({{"trunk", std::vector<int>(64, 8)}}));
+  EXPECT_NE(error_of({{"branches", std::vector<int>(33, 2)}}).find("expected a list of 1 to 32 integers"),
+            std::string::npos);
+  // validate() holds the same bounds for a Config built in code.
+  Config c;
+  c.trunk.assign(2600000, 8);
+  EXPECT_NE(zs::test::error_of([&] { c.validate(); }).find("trunk has 2600000 entries; expected at most 64"),
+            std::string::npos);
+  c = Config{};
+  c.branches.assign(33, 2);
+  EXPECT_NE(zs::test::error_of([&] { c.validate(); }).find("expected at most 32"), std::string::npos);
 }

@@ -399,6 +399,8 @@ TEST(Market, MisuseIsAClearError) {
       {{{"vol", {0.0, 0.1, 0.1}}}, "vol = [0.0,0.1,0.1]"},
       {{{"drift", {0.0, 0.1}}}, "list of 3 numbers"},
       {{{"episode_length", 0}}, "episode_length = 0"},
+      {{{"episode_length", 4294967297ull}}, "episode_length = 4294967297 is invalid; expected an integer in [1, 1073741824]"},
+      {{{"drift", {0.0, 0.1, 2.0}}}, "drift = [0.0,0.1,2.0] is invalid; expected a list of 3 numbers"},
       {{{"reward_scale", -1}}, "reward_scale = -1"},
       {{{"routed", 1}}, "routed = 1"},
       {{{"vol_ewma", 1.0}}, "vol_ewma = 1.0"},

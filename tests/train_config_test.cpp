@@ -2,6 +2,7 @@
 // partial files override only what they name, and every bad key or value is refused by name.
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -90,7 +91,7 @@ TEST(TrainConfig, AlphaIsANumberOrASchedule) {
   EXPECT_EQ(TrainConfig::from_json(s.to_json()).to_json(), s.to_json());
   EXPECT_NE(error_of([] { TrainConfig::from_json({{"replay", {{"alpha", {{"end", 11}}}}}}); }).find("replay.alpha.end = 11"),
             std::string::npos);
-  EXPECT_NE(error_of([] { TrainConfig::from_json({{"replay", {{"alpha", {{"stop", 1}}}}}}); }).find("unknown key 'stop'"),
+  EXPECT_NE(error_of([] { TrainConfig::from_json({{"replay", {{"alpha", {{"stop", 1}}}}}}); }).find("replay.alpha.stop is an unknown key"),
             std::string::npos);
 }
 
@@ -101,6 +102,45 @@ TEST(TrainConfig, LinearScheduleRampsThenHolds) {
   EXPECT_NEAR(s.at(100), 0.1, 1e-7);
   EXPECT_NEAR(s.at(1000), 0.1, 1e-7);
   EXPECT_NEAR((zs::kernels::LinearRamp{0.3f, 0.7f, 0}.at(0)), 0.7, 1e-7);
+}
+
+}  // namespace
+
+namespace {
+
+TEST(TrainConfig, IntegersNeverWrapAndSeedsFollowOnePolicy) {
+  const auto err = [](const json& j) { return error_of([&] { TrainConfig::from_json(j); }); };
+  EXPECT_NE(err({{"envs", 4294967304ull}}).find("envs = 4294967304 is invalid; expected an integer in [1, 1048576]"),
+            std::string::npos);
+  EXPECT_NE(err({{"batch_size", 4294967360ull}}).find("batch_size = 4294967360 is invalid"), std::string::npos);
+  EXPECT_NE(err({{"steps", 9223372036854775808ull}}).find("steps = 9223372036854775808 is invalid"), std::string::npos);
+  EXPECT_NE(err({{"steps", std::int64_t{1} << 51}}).find("expected an integer in [1, 1125899906842624]"),
+            std::string::npos);
+  EXPECT_NE(err({{"eval", {{"episodes", 4294967297ull}}}}).find("eval.episodes = 4294967297 is invalid"),
+            std::string::npos);
+  EXPECT_NE(err({{"replay", {{"capacity", 4294967296ull}}}}).find("replay.capacity = 4294967296 is invalid"),
+            std::string::npos);
+  EXPECT_NE(err({{"epsilon", {{"steps", -1}}}}).find("epsilon.steps = -1 is invalid"), std::string::npos);
+  EXPECT_NE(err({{"seed", -1}}).find("train config: seed = -1 is invalid; expected an integer in [0, 18446744073709551615]"),
+            std::string::npos);
+  EXPECT_NE(err({{"seed", 2.5}}).find("seed = 2.5 is invalid"), std::string::npos);
+  EXPECT_NE(err({{"network", {{"seed", -1}}}}).find("seed = -1 is invalid"), std::string::npos);
+  EXPECT_EQ(TrainConfig::from_json({{"seed", 18446744073709551615ull}}).seed, 18446744073709551615ull);
+}
+
+TEST(TrainConfig, FilesAreReadStrictly) {
+  const auto file_error = [](const std::string& text) {
+    const std::string path = zs::test::temp_path("strict.json");
+    std::ofstream(path) << text;
+    return error_of([&] { TrainConfig::from_file(path); });
+  };
+  EXPECT_NE(file_error("{\"envs\": 4} {\"envs\": 8}").find("strict.json' is not valid JSON: more follows"),
+            std::string::npos);
+  EXPECT_NE(file_error("{\"envs\": 4, \"envs\": 8}").find("repeats key 'envs'"), std::string::npos);
+  EXPECT_NE(file_error("{\"replay\": {\"capacity\": 1e400}}").find("number overflow"), std::string::npos);
+  EXPECT_NE(file_error("{\"env_params\": " + std::string(70000, '[') + std::string(70000, ']') + "}")
+                .find("more than 64 levels deep"),
+            std::string::npos);
 }
 
 }  // namespace

@@ -4,10 +4,12 @@
 #include <cstdint>
 #include <cstdlib>
 #include <iostream>
+#include <string>
 
 #include "backends/backend.hpp"
 #include "app/build_info.hpp"
 #include "core/error.hpp"
+#include "core/seed.hpp"
 #include "app/self_check.hpp"
 #include "app/step_command.hpp"
 #include "app/train_command.hpp"
@@ -33,20 +35,28 @@ int main(int argc, char** argv) {
   zs::TrainCommand train_cmd;
   std::int64_t train_steps = 0;
   int train_envs = 0;
-  std::uint64_t train_seed = 0;
+  std::string train_seed;  // as text: zs::parse_seed is the one seed policy, here and in every config
   auto* train = app.add_subcommand("train", "train an agent: environments, replay and learning on the device");
   train->add_option("--env", train_cmd.env, "environment (default cartpole)")->check(CLI::IsMember({"cartpole", "market"}));
   train->add_option("--config", train_cmd.config_path, "training config (JSON, docs/train.md); missing keys keep the env's defaults");
   auto* steps_opt = train->add_option("--steps", train_steps, "environment steps in total")->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 50));
   auto* envs_opt = train->add_option("--envs", train_envs, "environments stepped together")->check(CLI::Range(1, 1 << 20));
-  auto* seed_opt = train->add_option("--seed", train_seed, "seed for everything (init, envs, exploration, replay)");
+  auto* seed_opt = train->add_option("--seed", train_seed, "seed for everything (init, envs, exploration, replay): an integer in [0, 2^64 - 1]")
+                       ->check([](const std::string& s) {
+                         try {
+                           zs::parse_seed(s, "--seed");
+                           return std::string();
+                         } catch (const zs::Error& e) {
+                           return std::string(e.what());
+                         }
+                       });
   train->add_option("--out", train_cmd.out, "run directory (default runs/<env>-<date>-<time>)");
   train->add_flag("--resume", train_cmd.resume, "continue the run in --out from its checkpoint");
   train->add_flag("--quiet", train_cmd.quiet, "no progress bar");
   CLI11_PARSE(app, argc, argv);
   if (steps_opt->count()) train_cmd.steps = train_steps;
   if (envs_opt->count()) train_cmd.envs = train_envs;
-  if (seed_opt->count()) train_cmd.seed = train_seed;
+  if (seed_opt->count()) train_cmd.seed = zs::parse_seed(train_seed, "--seed");
   try {
     if (train->parsed()) {
       const zs::TrainSummary s = zs::run_train_command(train_cmd, std::cerr);

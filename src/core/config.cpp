@@ -1,20 +1,33 @@
 #include "core/config.hpp"
 
+#include <cfloat>
 #include <cmath>
 #include <cstddef>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <set>
 
 #include "core/error.hpp"
+#include "core/json.hpp"
 
 namespace zs {
 
 namespace {
 
-void require_positive(const char* key, int v, int max = 1 << 20) {
-  require(v >= 1 && v <= max, "config: ", key, " = ", v, " is invalid; expected an integer in [1, ",
-          max, "]");
+// The integer keys' ranges, shared by the reader (checked before narrowing) and validate().
+constexpr IntRange kStateDim{1, 1 << 20};
+constexpr IntRange kWidth{1, 1 << 16};  // trunk widths and head_hidden
+constexpr IntRange kActions{1, 4096};   // actions per branch
+constexpr IntRange kAtoms{2, 1024};
+constexpr IntRange kNStep{1, 1000};
+constexpr IntRange kHardUpdateEvery{0, 1 << 30};  // 0: Polyak averaging instead
+constexpr IntRange kNTau{1, 1024};
+constexpr IntRange kEmbedDim{1, 4096};
+constexpr IntRange kEnsembleK{1, 64};
+constexpr IntRange kTrunkLayers{1, Config::kMaxTrunkLayers};
+constexpr IntRange kBranchCount{1, Config::kMaxBranches};
+
+void require_int(const char* key, int v, IntRange r, const char* note = "") {
+  require(v >= r.lo && v <= r.hi, "config: ", key, " = ", v, " is invalid; expected an integer in [", r.lo, ", ",
+          r.hi, "]", note);
 }
 
 void require_finite(const char* key, float v) {
@@ -32,6 +45,35 @@ std::string list(const std::vector<int>& v) {
   return s + "]";
 }
 
+// A list key: its length, then each entry; the message is built only on failure.
+void require_list(const char* key, const std::vector<int>& v, IntRange count, IntRange each, const char* what) {
+  const auto n = static_cast<std::int64_t>(v.size());
+  if (n == 0) fail("config: ", key, " = [] is invalid; expected at least one ", what);
+  if (n > count.hi) fail("config: ", key, " has ", n, " entries; expected at most ", count.hi, " ", what, "s");
+  for (int x : v)
+    if (x < each.lo || x > each.hi)
+      fail("config: ", key, " = ", list(v), " is invalid; expected ", what, "s in [", each.lo, ", ", each.hi, "]");
+}
+
+// The kernels compute z_j = v_min + j·Δz and (tz − v_min)/Δz in float: a span that overflows or
+// a Δz that rounds to nothing makes those NaN, so the support must give distinct, finite atoms.
+void require_usable_support(float v_min, float v_max, int atoms) {
+  const float span = v_max - v_min;
+  if (!std::isfinite(span))
+    fail("config: v_min = ", v_min, ", v_max = ", v_max, " is invalid; expected a span v_max - v_min finite in float "
+         "(at most ", FLT_MAX, ")");
+  const float dz = span / static_cast<float>(atoms - 1);
+  float prev = v_min;
+  for (int j = 1; j < atoms; ++j) {
+    const float z = v_min + static_cast<float>(j) * dz;
+    if (!(std::isfinite(z) && z > prev))
+      fail("config: atoms = ", atoms, " on [v_min, v_max] = [", v_min, ", ", v_max, "] is invalid: in float, atom ", j,
+           " (", z, ") is not above atom ", j - 1, " (", prev, "); expected finite, strictly increasing atoms "
+           "z_j = v_min + j*dz (a wider support or fewer atoms)");
+    prev = z;
+  }
+}
+
 }  // namespace
 
 int Config::total_actions() const {
@@ -41,24 +83,18 @@ int Config::total_actions() const {
 }
 
 void Config::validate() const {
-  require_positive("state_dim", state_dim);
-  require(!trunk.empty(), "config: trunk = [] is invalid; expected at least one layer width");
-  for (int w : trunk)
-    require(w >= 1 && w <= (1 << 16), "config: trunk = ", list(trunk),
-            " is invalid; expected widths in [1, 65536]");
-  require_positive("head_hidden", head_hidden, 1 << 16);
-  require(!branches.empty(), "config: branches = [] is invalid; expected at least one branch");
-  for (int n : branches)
-    require(n >= 1 && n <= 4096, "config: branches = ", list(branches),
-            " is invalid; expected action counts in [1, 4096]");
-  require(atoms >= 2 && atoms <= 1024, "config: atoms = ", atoms,
-          " is invalid; expected an integer in [2, 1024]");
+  require_int("state_dim", state_dim, kStateDim);
+  require_list("trunk", trunk, kTrunkLayers, kWidth, "layer width");
+  require_int("head_hidden", head_hidden, kWidth);
+  require_list("branches", branches, kBranchCount, kActions, "action count");
+  require_int("atoms", atoms, kAtoms);
   require_finite("v_min", v_min);
   require_finite("v_max", v_max);
   require(v_min < v_max, "config: v_min = ", v_min, ", v_max = ", v_max,
           " is invalid; expected v_min < v_max");
+  require_usable_support(v_min, v_max, atoms);
   require_in("gamma", gamma, 0.f, 1.f, "[0, 1]");
-  require_positive("n_step", n_step, 1000);
+  require_int("n_step", n_step, kNStep);
   require_finite("lr", lr);
   require(lr > 0.f, "config: lr = ", lr, " is invalid; expected a positive number");
   require_in("adam_beta1", adam_beta1, 0.f, 0.999999f, "[0, 1)");
@@ -69,28 +105,28 @@ void Config::validate() const {
   require(max_grad_norm > 0.f, "config: max_grad_norm = ", max_grad_norm,
           " is invalid; expected a positive number");
   require_in("tau", tau, 0.f, 1.f, "[0, 1]");
-  require(hard_update_every >= 0 && hard_update_every <= (1 << 30), "config: hard_update_every = ", hard_update_every,
-          " is invalid; expected 0 (Polyak averaging with tau) or a period N in [1, 2^30]");
+  require_int("hard_update_every", hard_update_every, kHardUpdateEvery,
+              " (0: Polyak averaging with tau; N: a copy of the online net every N updates)");
   require_finite("spectral_norm", spectral_norm);
   require(spectral_norm >= 0.f, "config: spectral_norm = ", spectral_norm,
           " is invalid; expected false/0 (off) or a positive σ_max");
   if (iqn.on) {
-    require_positive("iqn.n_tau", iqn.n_tau, 1024);
-    require_positive("iqn.embed_dim", iqn.embed_dim, 4096);
+    require_int("iqn.n_tau", iqn.n_tau, kNTau);
+    require_int("iqn.embed_dim", iqn.embed_dim, kEmbedDim);
     require_finite("iqn.kappa", iqn.kappa);
     require(iqn.kappa > 0.f, "config: iqn.kappa = ", iqn.kappa, " is invalid; expected a positive number");
     require_in("iqn.budget", iqn.budget, 0.f, 1.f, "[0, 1]");
   }
-  require(ensemble.k >= 0 && ensemble.k <= 64, "config: ensemble.k = ", ensemble.k,
-          " is invalid; expected an integer in [0, 64] (0 = off)");
+  require_int("ensemble.k", ensemble.k, {0, kEnsembleK.hi}, " (0 = off)");
   if (ensemble.on()) require_in("ensemble.budget", ensemble.budget, 0.f, 1.f, "[0, 1]");
   if (cql.on) {
     require_finite("cql.alpha", cql.alpha);
     require(cql.alpha > 0.f, "config: cql.alpha = ", cql.alpha, " is invalid; expected a positive number");
     require_in("cql.budget", cql.budget, 0.f, 1.f, "[0, 1]");
     for (int n : branches)
-      require(n <= 64, "config: cql with branches = ", list(branches),
-              " is invalid; expected at most 64 actions per branch (CQL keeps a branch's Q in registers)");
+      if (n > 64)
+        fail("config: cql with branches = ", list(branches),
+             " is invalid; expected at most 64 actions per branch (CQL keeps a branch's Q in registers)");
   }
   const double aux = (iqn.on ? double(iqn.budget) : 0.0) + (ensemble.on() ? double(ensemble.budget) : 0.0) +
                      (cql.on ? double(cql.budget) : 0.0);
@@ -99,126 +135,75 @@ void Config::validate() const {
 }
 
 Config Config::from_json(const nlohmann::json& j) {
-  require(j.is_object(), "config: expected a JSON object at the top level, got ", j.type_name());
-  static const std::set<std::string> known = {
-      "state_dim", "trunk", "head_hidden", "branches", "atoms", "v_min", "v_max", "gamma",
-      "n_step", "lr", "adam_beta1", "adam_beta2", "adam_eps", "max_grad_norm", "tau",
-      "hard_update_every", "spectral_norm", "seed", "precision", "iqn", "ensemble", "cql"};
-  for (auto it = j.begin(); it != j.end(); ++it)
-    require(known.count(it.key()) == 1, "config: unknown key '", it.key(),
-            "'; expected one of: state_dim, trunk, head_hidden, branches, atoms, v_min, v_max, "
-            "gamma, n_step, lr, adam_beta1, adam_beta2, adam_eps, max_grad_norm, tau, "
-            "hard_update_every, spectral_norm, seed, precision, iqn, ensemble, cql");
-
+  const JsonObject o(j, "config",
+                     {"state_dim", "trunk", "head_hidden", "branches", "atoms", "v_min", "v_max", "gamma", "n_step",
+                      "lr", "adam_beta1", "adam_beta2", "adam_eps", "max_grad_norm", "tau", "hard_update_every", "spectral_norm", "seed",
+                      "precision", "iqn", "ensemble", "cql"});
   Config c;
-  auto get_int = [&](const char* key, int& out) {
-    if (!j.contains(key)) return;
-    const auto& v = j.at(key);
-    require(v.is_number_integer(), "config: ", key, " = ", v.dump(), " is invalid; expected an integer");
-    out = v.get<int>();
-  };
-  auto get_float = [&](const char* key, float& out) {
-    if (!j.contains(key)) return;
-    const auto& v = j.at(key);
-    require(v.is_number(), "config: ", key, " = ", v.dump(), " is invalid; expected a number");
-    out = v.get<float>();
-  };
-  auto get_list = [&](const char* key, std::vector<int>& out) {
-    if (!j.contains(key)) return;
-    const auto& v = j.at(key);
-    require(v.is_array(), "config: ", key, " = ", v.dump(), " is invalid; expected a list of integers");
-    out.clear();
-    for (const auto& e : v) {
-      require(e.is_number_integer(), "config: ", key, " = ", v.dump(),
-              " is invalid; expected a list of integers");
-      out.push_back(e.get<int>());
-    }
-  };
-  get_int("state_dim", c.state_dim);
-  get_list("trunk", c.trunk);
-  get_int("head_hidden", c.head_hidden);
-  get_list("branches", c.branches);
-  get_int("atoms", c.atoms);
-  get_float("v_min", c.v_min);
-  get_float("v_max", c.v_max);
-  get_float("gamma", c.gamma);
-  get_int("n_step", c.n_step);
-  get_float("lr", c.lr);
-  get_float("adam_beta1", c.adam_beta1);
-  get_float("adam_beta2", c.adam_beta2);
-  get_float("adam_eps", c.adam_eps);
-  get_float("max_grad_norm", c.max_grad_norm);
-  get_float("tau", c.tau);
-  get_int("hard_update_every", c.hard_update_every);
-  if (j.contains("spectral_norm")) {
-    const auto& v = j.at("spectral_norm");
-    if (v.is_boolean()) {
-      require(!v.get<bool>(), "config: spectral_norm = true is invalid; expected false or a positive σ_max");
+  o.integer("state_dim", c.state_dim, kStateDim);
+  o.integers("trunk", c.trunk, kWidth, kTrunkLayers);
+  o.integer("head_hidden", c.head_hidden, kWidth);
+  o.integers("branches", c.branches, kActions, kBranchCount);
+  o.integer("atoms", c.atoms, kAtoms);
+  o.number("v_min", c.v_min);
+  o.number("v_max", c.v_max);
+  o.number("gamma", c.gamma);
+  o.integer("n_step", c.n_step, kNStep);
+  o.number("lr", c.lr);
+  o.number("adam_beta1", c.adam_beta1);
+  o.number("adam_beta2", c.adam_beta2);
+  o.number("adam_eps", c.adam_eps);
+  o.number("max_grad_norm", c.max_grad_norm);
+  o.number("tau", c.tau);
+  o.integer("hard_update_every", c.hard_update_every, kHardUpdateEvery);
+  if (const auto* v = o.find("spectral_norm")) {
+    if (v->is_boolean()) {
+      if (v->get<bool>()) o.invalid("spectral_norm", "false or a positive σ_max");
       c.spectral_norm = 0.f;
     } else {
-      get_float("spectral_norm", c.spectral_norm);
-      require(c.spectral_norm > 0.f, "config: spectral_norm = ", v.dump(),
-              " is invalid; expected false or a positive σ_max");
+      o.number("spectral_norm", c.spectral_norm);
+      if (!(c.spectral_norm > 0.f)) o.invalid("spectral_norm", "false or a positive σ_max");
     }
   }
-  if (j.contains("seed")) {
-    const auto& v = j.at("seed");
-    require(v.is_number_unsigned() || (v.is_number_integer() && v.get<long long>() >= 0),
-            "config: seed = ", v.dump(), " is invalid; expected a non-negative integer");
-    c.seed = v.get<std::uint64_t>();
-  }
-  if (j.contains("precision")) {
-    const auto& v = j.at("precision");
-    const std::string p = v.is_string() ? v.get<std::string>() : v.dump();
+  o.seed("seed", c.seed);
+  if (const auto* v = o.find("precision")) {
+    const std::string p = v->is_string() ? v->get<std::string>() : "";
     if (p == "tf32") c.precision = Precision::tf32;
     else if (p == "fp32") c.precision = Precision::fp32;
-    else fail("config: precision = ", v.dump(), " is invalid; expected \"tf32\" or \"fp32\"");
+    else o.invalid("precision", "\"tf32\" or \"fp32\"");
   }
   // An auxiliary is `false` (off), `true` (on, defaults) or an object of its parameters.
-  auto aux_object = [&](const char* key, const std::set<std::string>& fields, const char* expected) -> const nlohmann::json* {
-    if (!j.contains(key)) return nullptr;
-    const auto& v = j.at(key);
-    require(v.is_object() || v.is_boolean(), "config: ", key, " = ", v.dump(), " is invalid; expected ", expected);
-    if (v.is_object())
-      for (auto it = v.begin(); it != v.end(); ++it)
-        require(fields.count(it.key()) == 1, "config: ", key, ".", it.key(), " is an unknown key; expected ", expected);
-    return &v;
+  const auto aux = [&](const char* key, const char* expected) -> const nlohmann::json* {
+    const auto* v = o.find(key);
+    if (v && !v->is_object() && !v->is_boolean()) o.invalid(key, expected);
+    return v;
   };
-  auto sub_int = [&](const nlohmann::json& v, const char* key, const char* name, int& out) {
-    if (!v.is_object() || !v.contains(name)) return;
-    require(v.at(name).is_number_integer(), "config: ", key, ".", name, " = ", v.at(name).dump(),
-            " is invalid; expected an integer");
-    out = v.at(name).get<int>();
-  };
-  auto sub_float = [&](const nlohmann::json& v, const char* key, const char* name, float& out) {
-    if (!v.is_object() || !v.contains(name)) return;
-    require(v.at(name).is_number(), "config: ", key, ".", name, " = ", v.at(name).dump(),
-            " is invalid; expected a number");
-    out = v.at(name).get<float>();
-  };
-  if (const auto* v = aux_object("iqn", {"n_tau", "embed_dim", "kappa", "budget"},
-                                 "false, true or an object with n_tau, embed_dim, kappa, budget")) {
+  if (const auto* v = aux("iqn", "false, true or an object with n_tau, embed_dim, kappa, budget")) {
     c.iqn.on = v->is_object() || v->get<bool>();
-    sub_int(*v, "iqn", "n_tau", c.iqn.n_tau);
-    sub_int(*v, "iqn", "embed_dim", c.iqn.embed_dim);
-    sub_float(*v, "iqn", "kappa", c.iqn.kappa);
-    sub_float(*v, "iqn", "budget", c.iqn.budget);
-  }
-  if (const auto* v = aux_object("ensemble", {"k", "budget"}, "false or an object with k (>= 1), budget")) {
-    require(!(v->is_boolean() && v->get<bool>()), "config: ensemble = true is invalid; expected false or an object "
-            "with k (>= 1), budget");
     if (v->is_object()) {
-      c.ensemble.k = 2;
-      sub_int(*v, "ensemble", "k", c.ensemble.k);
-      require(c.ensemble.k >= 1, "config: ensemble.k = ", c.ensemble.k,
-              " is invalid; expected an integer in [1, 64] (or ensemble = false for off)");
-      sub_float(*v, "ensemble", "budget", c.ensemble.budget);
+      const JsonObject a(*v, "config", {"n_tau", "embed_dim", "kappa", "budget"}, "iqn");
+      a.integer("n_tau", c.iqn.n_tau, kNTau);
+      a.integer("embed_dim", c.iqn.embed_dim, kEmbedDim);
+      a.number("kappa", c.iqn.kappa);
+      a.number("budget", c.iqn.budget);
     }
   }
-  if (const auto* v = aux_object("cql", {"alpha", "budget"}, "false, true or an object with alpha, budget")) {
+  if (const auto* v = aux("ensemble", "false or an object with k (>= 1), budget")) {
+    if (v->is_boolean() && v->get<bool>()) o.invalid("ensemble", "false or an object with k (>= 1), budget");
+    if (v->is_object()) {
+      const JsonObject a(*v, "config", {"k", "budget"}, "ensemble");
+      c.ensemble.k = 2;
+      a.integer("k", c.ensemble.k, kEnsembleK);
+      a.number("budget", c.ensemble.budget);
+    }
+  }
+  if (const auto* v = aux("cql", "false, true or an object with alpha, budget")) {
     c.cql.on = v->is_object() || v->get<bool>();
-    sub_float(*v, "cql", "alpha", c.cql.alpha);
-    sub_float(*v, "cql", "budget", c.cql.budget);
+    if (v->is_object()) {
+      const JsonObject a(*v, "config", {"alpha", "budget"}, "cql");
+      a.number("alpha", c.cql.alpha);
+      a.number("budget", c.cql.budget);
+    }
   }
   c.validate();
   return c;
@@ -257,16 +242,17 @@ nlohmann::json Config::to_json() const {
   return j;
 }
 
+Config Config::from_text(const std::string& text, const std::string& source) {
+  return from_json(parse_json(text, source));
+}
+
 Config Config::from_file(const std::string& path) {
-  std::ifstream in(path);
-  require(in.good(), "config: cannot open '", path, "'; expected a readable JSON file");
-  nlohmann::json j;
+  const nlohmann::json j = read_json_file(path, "config");
   try {
-    in >> j;
-  } catch (const nlohmann::json::parse_error& e) {
-    fail("config: '", path, "' is not valid JSON: ", e.what());
+    return from_json(j);
+  } catch (const Error& e) {
+    fail("'", path, "': ", e.what());
   }
-  return from_json(j);
 }
 
 }  // namespace zs

@@ -33,6 +33,11 @@ struct CqlConfig {
 };
 
 struct Config {
+  // Bounds on the list keys: deeper trunks are not a network this project trains, and the
+  // acting kernels hold the branch table in a fixed array of this many branches.
+  static constexpr int kMaxTrunkLayers = 64;
+  static constexpr int kMaxBranches = 32;
+
   int state_dim = 48;
   std::vector<int> trunk = {256, 256};  // widths of the trunk's dense layers
   int head_hidden = 128;                // hidden width of the value stream and each branch
@@ -59,12 +64,17 @@ struct Config {
   bool any_auxiliary() const { return iqn.on || ensemble.on() || cql.on; }
   int total_actions() const;
 
-  // Throws zs::Error naming the first bad field, its value and what is expected.
+  // Throws zs::Error naming the first bad field, its value and what is expected. The support
+  // must be usable in float: every atom z_j = v_min + j·Δz finite and strictly increasing.
   void validate() const;
 
-  // Unknown keys and wrong types are errors; missing keys keep their defaults.
+  // Unknown keys, wrong types and out-of-range values are errors; missing keys keep their
+  // defaults. Integers are range-checked before they are narrowed; `seed` follows parse_seed.
   static Config from_json(const nlohmann::json& j);
   nlohmann::json to_json() const;
+  // `text` parsed strictly (core/json.hpp); `source` ("its config metadata") names it in errors.
+  static Config from_text(const std::string& text, const std::string& source);
+  // Reads the file strictly (core/json.hpp); errors name the path.
   static Config from_file(const std::string& path);
 };
 

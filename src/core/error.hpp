@@ -24,6 +24,8 @@ template <class... Parts>
   throw Error(str(parts...));
 }
 
+// The message is formatted only on failure, but the parts are evaluated at the call either way:
+// for a costly part (a JSON dump, a list) write `if (!ok) fail(...)` instead.
 template <class... Parts>
 void require(bool ok, const Parts&... parts) {
   if (!ok) fail(parts...);

@@ -41,10 +41,13 @@ struct C51Loss {
   Support sup;
 
   // Position of atom j's shifted support point r + γⁿ(1 − done)·z_j on the support, in atoms.
+  // A support the config should have refused (a span or spacing that is not finite and
+  // positive in float) gives NaN: it reads as atom 0, so no input can steer an index.
   KOKKOS_INLINE_FUNCTION float position(int i, int j) const {
     float tz = rewards(i) + sup.gamma_n * (1.f - dones(i)) * sup.z(j);
     tz = tz < sup.v_min ? sup.v_min : (tz > sup.v_max ? sup.v_max : tz);
-    return (tz - sup.v_min) / sup.delta();
+    const float b = (tz - sup.v_min) / sup.delta();
+    return b != b ? 0.f : b;
   }
 
   // One team per sample; a team thread per branch (a warp on CUDA), its vector lanes over atoms,
@@ -84,11 +87,16 @@ struct C51Loss {
         for (int j = 0; j < atoms; ++j) projected(i, k, j) = 0.f;
         if (finite_inputs)
           for (int l = 0; l < atoms; ++l) {
-            const float p = ::expf(logp_target(i, c0 + a_star, l)), b = position(i, l);
-            // Rounding can put v_max a hair past the last atom: keep both ends on the support.
+            const float p = ::expf(logp_target(i, c0 + a_star, l));
+            // Rounding can put v_max a hair past the last atom, and only a refused support gets
+            // further: clamp in float, before the casts, so both ends are on the support (a float
+            // past INT_MAX would not cast to an int at all). Inside the support this changes
+            // nothing: past the last atom lo == hi takes all of p either way.
+            const float top = static_cast<float>(atoms - 1), raw = position(i, l);
+            const float b = raw < 0.f ? 0.f : (raw > top ? top : raw);
             int lo = static_cast<int>(::floorf(b)), hi = static_cast<int>(::ceilf(b));
-            lo = lo > atoms - 1 ? atoms - 1 : lo;
-            hi = hi > atoms - 1 ? atoms - 1 : hi;
+            lo = lo < 0 ? 0 : (lo > atoms - 1 ? atoms - 1 : lo);
+            hi = hi < 0 ? 0 : (hi > atoms - 1 ? atoms - 1 : hi);
             if (lo == hi) {
               projected(i, k, lo) += p;
             } else {

@@ -1,11 +1,9 @@
 #include "rl/train_config.hpp"
 
 #include <cmath>
-#include <fstream>
-#include <set>
-#include <utility>
 
 #include "core/error.hpp"
+#include "core/json.hpp"
 
 namespace zs {
 
@@ -13,59 +11,23 @@ namespace {
 
 using json = nlohmann::json;
 
-// Reads the keys of one JSON object into fields, refusing unknown keys and wrong types; `where`
-// names the object in messages ("train config", "train config: replay").
-class Reader {
- public:
-  Reader(const json& j, std::string where, std::set<std::string> known)
-      : j_(j), where_(std::move(where)), known_(std::move(known)) {
-    require(j.is_object(), where_, ": expected a JSON object, got ", j.type_name(), " ", j.dump());
-    for (auto it = j.begin(); it != j.end(); ++it)
-      if (!known_.count(it.key())) {
-        std::string list;
-        for (const auto& k : known_) list += (list.empty() ? "" : ", ") + k;
-        fail(where_, ": unknown key '", it.key(), "'; expected one of: ", list);
-      }
-  }
-  template <class Int>
-  void integer(const char* key, Int& out) const {
-    if (!j_.contains(key)) return;
-    const auto& v = j_.at(key);
-    require(v.is_number_integer(), where_, ": ", key, " = ", v.dump(), " is invalid; expected an integer");
-    out = v.get<Int>();
-  }
-  template <class Real>
-  void number(const char* key, Real& out) const {
-    if (!j_.contains(key)) return;
-    const auto& v = j_.at(key);
-    require(v.is_number(), where_, ": ", key, " = ", v.dump(), " is invalid; expected a number");
-    out = v.get<Real>();
-  }
-  void boolean(const char* key, bool& out) const {
-    if (!j_.contains(key)) return;
-    const auto& v = j_.at(key);
-    require(v.is_boolean(), where_, ": ", key, " = ", v.dump(), " is invalid; expected true or false");
-    out = v.get<bool>();
-  }
-  void text(const char* key, std::string& out) const {
-    if (!j_.contains(key)) return;
-    const auto& v = j_.at(key);
-    require(v.is_string(), where_, ": ", key, " = ", v.dump(), " is invalid; expected a string");
-    out = v.get<std::string>();
-  }
-  const json* object(const char* key) const { return j_.contains(key) ? &j_.at(key) : nullptr; }
+// Counts of environment or training steps: far beyond any run, and small enough that the loop's
+// sums of them (steps + envs, step x updates) cannot overflow int64.
+constexpr std::int64_t kMaxSteps = std::int64_t{1} << 50;
+constexpr IntRange kSteps{1, kMaxSteps};
+constexpr IntRange kStepCount{0, kMaxSteps};  // may be 0
+constexpr IntRange kEnvs{1, 1 << 20};
+constexpr IntRange kBatchSize{1, 1 << 16};
+constexpr IntRange kTrainEvery{1, 1 << 30};
+constexpr IntRange kUpdates{1, 1024};
+constexpr IntRange kCapacity{1, 1 << 30};
+constexpr IntRange kEvalEpisodes{1, 1 << 20};
 
- private:
-  const json& j_;
-  std::string where_;
-  std::set<std::string> known_;
-};
-
-LinearSchedule read_schedule(const json& j, const std::string& where, LinearSchedule s) {
-  Reader r(j, where, {"start", "end", "steps"});
+LinearSchedule read_schedule(const json& j, const std::string& path, LinearSchedule s) {
+  const JsonObject r(j, "train config", {"start", "end", "steps"}, path);
   r.number("start", s.start);
   r.number("end", s.end);
-  r.integer("steps", s.steps);
+  r.integer("steps", s.steps, kStepCount);
   return s;
 }
 
@@ -76,50 +38,55 @@ void require_range(const char* key, double v, double lo, double hi) {
           " is invalid; expected a value in [", lo, ", ", hi, "]");
 }
 
+template <class Int>
+void require_int(const char* key, Int v, IntRange r, const char* note = "") {
+  require(v >= r.lo && v <= r.hi, "train config: ", key, " = ", v, " is invalid; expected an integer in [", r.lo,
+          ", ", r.hi, "]", note);
+}
+
 }  // namespace
 
 void TrainConfig::validate() const {
   require(env == "cartpole" || env == "market", "train config: env = '", env,
           "' is invalid; expected \"cartpole\" or \"market\"");
-  require(env_params.is_object(), "train config: env_params = ", env_params.dump(),
-          " is invalid; expected a JSON object");
+  if (!env_params.is_object())
+    fail("train config: env_params = ", json_preview(env_params), " is invalid; expected a JSON object");
   network.validate();
-  require(envs >= 1 && envs <= (1 << 20), "train config: envs = ", envs, " is invalid; expected 1..1048576");
-  require(steps >= 1, "train config: steps = ", steps, " is invalid; expected at least 1 environment step");
-  require(batch_size >= 1 && batch_size <= (1 << 16), "train config: batch_size = ", batch_size,
-          " is invalid; expected 1..65536");
-  require(learning_starts >= 0, "train config: learning_starts = ", learning_starts, " is invalid; expected >= 0");
-  require(train_every >= 1, "train config: train_every = ", train_every, " is invalid; expected >= 1");
-  require(updates >= 1 && updates <= 1024, "train config: updates = ", updates, " is invalid; expected 1..1024");
+  require_int("envs", envs, kEnvs);
+  require_int("steps", steps, kSteps, " (environment steps)");
+  require_int("batch_size", batch_size, kBatchSize);
+  require_int("learning_starts", learning_starts, kStepCount);
+  require_int("train_every", train_every, kTrainEvery);
+  require_int("updates", updates, kUpdates);
+  require_int("replay.capacity", replay_capacity, kCapacity);
   require(replay_capacity >= envs * (network.n_step + 1), "train config: replay.capacity = ", replay_capacity,
           " is invalid; expected at least envs x (n_step + 1) = ", envs * (network.n_step + 1));
   require_range("replay.alpha.start", alpha.start, 0, 10);
   require_range("replay.alpha.end", alpha.end, 0, 10);
-  require(alpha.steps >= 0, "train config: replay.alpha.steps = ", alpha.steps, " is invalid; expected >= 0");
+  require_int("replay.alpha.steps", alpha.steps, kStepCount);
   require_range("replay.beta.start", beta.start, 0, 1);
   require_range("replay.beta.end", beta.end, 0, 1);
-  require(beta.steps >= 0, "train config: replay.beta.steps = ", beta.steps, " is invalid; expected >= 0");
+  require_int("replay.beta.steps", beta.steps, kStepCount);
   require(std::isfinite(priority_eps) && priority_eps > 0, "train config: replay.priority_eps = ", priority_eps,
           " is invalid; expected a positive number");
   require_range("epsilon.start", epsilon.start, 0, 1);
   require_range("epsilon.end", epsilon.end, 0, 1);
-  require(epsilon.steps >= 0, "train config: epsilon.steps = ", epsilon.steps, " is invalid; expected >= 0");
-  require(eval_every >= 0, "train config: eval.every = ", eval_every, " is invalid; expected >= 0 (0: no evaluation)");
-  require(eval_episodes >= 1 && eval_episodes <= (1 << 20), "train config: eval.episodes = ", eval_episodes,
-          " is invalid; expected 1..1048576");
+  require_int("epsilon.steps", epsilon.steps, kStepCount);
+  require_int("eval.every", eval_every, kStepCount, " (0: no evaluation)");
+  require_int("eval.episodes", eval_episodes, kEvalEpisodes);
   require(std::isfinite(solve_return), "train config: eval.solve_return = ", solve_return,
           " is invalid; expected a finite number");
   require(!stop_when_solved || eval_every > 0, "train config: eval.stop_when_solved = true needs eval.every > 0");
-  require(checkpoint_every >= 0, "train config: checkpoint_every = ", checkpoint_every,
-          " is invalid; expected >= 0 (0: only at the end)");
+  require_int("checkpoint_every", checkpoint_every, kStepCount, " (0: only at the end)");
+  require_int("guard.warmup_steps", guard.warmup_steps, kStepCount);
   guard.validate();
 }
 
 TrainConfig TrainConfig::from_json(const json& j, const TrainConfig& base) {
   const std::string where = "train config";
-  Reader r(j, where,
-           {"env", "env_params", "network", "envs", "steps", "seed", "batch_size", "learning_starts",
-            "train_every", "updates", "replay", "epsilon", "eval", "checkpoint_every", "guard"});
+  const JsonObject r(j, where,
+                     {"env", "env_params", "network", "envs", "steps", "seed", "batch_size", "learning_starts",
+                      "train_every", "updates", "replay", "epsilon", "eval", "checkpoint_every", "guard"});
   TrainConfig c = base;
   std::string env = c.env;
   r.text("env", env);
@@ -129,57 +96,57 @@ TrainConfig TrainConfig::from_json(const json& j, const TrainConfig& base) {
             "' is invalid; expected \"cartpole\" or \"market\"");
     c = defaults_for(env);
   }
-  if (const json* p = r.object("env_params")) {
-    require(p->is_object(), where, ": env_params = ", p->dump(), " is invalid; expected a JSON object");
+  if (const json* p = r.find("env_params")) {
+    if (!p->is_object()) r.invalid("env_params", "a JSON object");
     c.env_params.update(*p);
   }
-  if (const json* n = r.object("network")) {
-    require(n->is_object(), where, ": network = ", n->dump(), " is invalid; expected a JSON object");
+  if (const json* n = r.find("network")) {
+    if (!n->is_object()) r.invalid("network", "a JSON object");
     for (const char* key : {"state_dim", "branches"})
       if (n->contains(key))
-        fail(where, ": network.", key, " = ", n->at(key).dump(),
+        fail(where, ": network.", key, " = ", json_preview(n->at(key)),
              " is not a setting here; expected it left out (the environment decides it)");
     json merged = c.network.to_json();
     merged.update(*n);
     c.network = Config::from_json(merged);
   }
-  r.integer("envs", c.envs);
-  r.integer("steps", c.steps);
-  r.integer("seed", c.seed);
-  r.integer("batch_size", c.batch_size);
-  r.integer("learning_starts", c.learning_starts);
-  r.integer("train_every", c.train_every);
-  r.integer("updates", c.updates);
-  r.integer("checkpoint_every", c.checkpoint_every);
-  if (const json* p = r.object("replay")) {
-    Reader rr(*p, where + ": replay", {"capacity", "prioritized", "alpha", "beta", "priority_eps"});
-    rr.integer("capacity", c.replay_capacity);
+  r.integer("envs", c.envs, kEnvs);
+  r.integer("steps", c.steps, kSteps);
+  r.seed("seed", c.seed);
+  r.integer("batch_size", c.batch_size, kBatchSize);
+  r.integer("learning_starts", c.learning_starts, kStepCount);
+  r.integer("train_every", c.train_every, kTrainEvery);
+  r.integer("updates", c.updates, kUpdates);
+  r.integer("checkpoint_every", c.checkpoint_every, kStepCount);
+  if (const json* p = r.find("replay")) {
+    const JsonObject rr(*p, where, {"capacity", "prioritized", "alpha", "beta", "priority_eps"}, "replay");
+    rr.integer("capacity", c.replay_capacity, kCapacity);
     rr.boolean("prioritized", c.prioritized);
-    if (const json* a = rr.object("alpha")) {
+    if (const json* a = rr.find("alpha")) {
       if (a->is_number()) {
-        c.alpha.start = c.alpha.end = a->get<float>();
+        rr.number("alpha", c.alpha.start);
+        c.alpha.end = c.alpha.start;
       } else {
-        require(a->is_object(), where, ": replay.alpha = ", a->dump(),
-                " is invalid; expected a number or {\"start\", \"end\", \"steps\"}");
-        c.alpha = read_schedule(*a, where + ": replay.alpha", c.alpha);
+        if (!a->is_object()) rr.invalid("alpha", "a number or {\"start\", \"end\", \"steps\"}");
+        c.alpha = read_schedule(*a, "replay.alpha", c.alpha);
       }
     }
     rr.number("priority_eps", c.priority_eps);
-    if (const json* b = rr.object("beta")) c.beta = read_schedule(*b, where + ": replay.beta", c.beta);
+    if (const json* b = rr.find("beta")) c.beta = read_schedule(*b, "replay.beta", c.beta);
   }
-  if (const json* p = r.object("epsilon")) c.epsilon = read_schedule(*p, where + ": epsilon", c.epsilon);
-  if (const json* p = r.object("eval")) {
-    Reader re(*p, where + ": eval", {"every", "episodes", "solve_return", "stop_when_solved"});
-    re.integer("every", c.eval_every);
-    re.integer("episodes", c.eval_episodes);
+  if (const json* p = r.find("epsilon")) c.epsilon = read_schedule(*p, "epsilon", c.epsilon);
+  if (const json* p = r.find("eval")) {
+    const JsonObject re(*p, where, {"every", "episodes", "solve_return", "stop_when_solved"}, "eval");
+    re.integer("every", c.eval_every, kStepCount);
+    re.integer("episodes", c.eval_episodes, kEvalEpisodes);
     re.number("solve_return", c.solve_return);
     re.boolean("stop_when_solved", c.stop_when_solved);
   }
-  if (const json* p = r.object("guard")) {
-    Reader rg(*p, where + ": guard", {"loss_clip", "collapse_multiplier", "warmup_steps"});
+  if (const json* p = r.find("guard")) {
+    const JsonObject rg(*p, where, {"loss_clip", "collapse_multiplier", "warmup_steps"}, "guard");
     rg.number("loss_clip", c.guard.loss_clip);
     rg.number("collapse_multiplier", c.guard.collapse_multiplier);
-    rg.integer("warmup_steps", c.guard.warmup_steps);
+    rg.integer("warmup_steps", c.guard.warmup_steps, kStepCount);
   }
   c.env = env;
   c.validate();
@@ -226,33 +193,19 @@ TrainConfig TrainConfig::from_json(const json& j) {
   return from_json(j, defaults_for(env == "market" ? env : "cartpole"));
 }
 
-TrainConfig TrainConfig::from_file(const std::string& path) {
-  std::ifstream in(path);
-  require(in.good(), "train config '", path, "': cannot open the file");
-  json j;
+TrainConfig TrainConfig::from_file(const std::string& path, const TrainConfig& base) {
+  const json j = read_json_file(path, "train config");
   try {
-    in >> j;
-  } catch (const json::parse_error& e) {
-    fail("train config '", path, "': not valid JSON (", e.what(), ")");
-  }
-  try {
-    return from_json(j);
+    return from_json(j, base);
   } catch (const Error& e) {
     fail("'", path, "': ", e.what());
   }
 }
 
-TrainConfig TrainConfig::from_file(const std::string& path, const TrainConfig& base) {
-  std::ifstream in(path);
-  require(in.good(), "train config '", path, "': cannot open the file");
-  json j;
+TrainConfig TrainConfig::from_file(const std::string& path) {
+  const json j = read_json_file(path, "train config");
   try {
-    in >> j;
-  } catch (const json::parse_error& e) {
-    fail("train config '", path, "': not valid JSON (", e.what(), ")");
-  }
-  try {
-    return from_json(j, base);
+    return from_json(j);
   } catch (const Error& e) {
     fail("'", path, "': ", e.what());
   }

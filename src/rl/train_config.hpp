@@ -5,9 +5,8 @@
 #include <cstdint>
 #include <string>
 
-#include <nlohmann/json.hpp>
-
 #include "core/config.hpp"
+#include "core/json.hpp"  // nlohmann::json, and the strict reader for whoever reads a saved config
 #include "train/guard.hpp"
 
 namespace zs {

@@ -227,12 +227,7 @@ void TrainLoop::load(const std::string& path) {
   };
   require(meta("loop.format") == kLoopFormat, "train checkpoint '", path, "': format '", meta("loop.format"),
           "'; expected '", kLoopFormat, "'");
-  nlohmann::json saved;
-  try {
-    saved = nlohmann::json::parse(meta("loop.config"));
-  } catch (const nlohmann::json::exception&) {
-    fail("train checkpoint '", path, "': its config metadata is not valid JSON");
-  }
+  const nlohmann::json saved = parse_json(meta("loop.config"), "train checkpoint '" + path + "': its config metadata");
   require(saved == without_steps(config_), "train checkpoint '", path,
           "' was written with a different config; expected the run's own config.json (only --steps may change)\n"
           "  checkpoint: ", saved.dump(), "\n  this run:   ", without_steps(config_).dump());

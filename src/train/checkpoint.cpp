@@ -63,7 +63,7 @@ void Trainer::load_state(const safetensors::File& f) {
   require(meta("format") == kFormat, "checkpoint '", path, "': format '", meta("format"), "'; expected '", kFormat, "'");
   Config saved;
   try {
-    saved = Config::from_json(nlohmann::json::parse(meta("config")));
+    saved = Config::from_text(meta("config"), "its config metadata");
   } catch (const std::exception& e) {
     fail("checkpoint '", path, "': its config is unreadable: ", e.what());
   }
