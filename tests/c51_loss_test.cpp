@@ -33,9 +33,6 @@ Result run(const zs::kernels::Support& sup, const std::vector<float>& rewards, c
   Kokkos::deep_copy(online, -std::log(static_cast<float>(atoms)));
   Kokkos::deep_copy(target, -std::log(static_cast<float>(atoms)));
   I2 actions("actions", B, K), best("best", B, K);
-  Kokkos::View<int*, MemSpace> cum("cum", K + 1), branch_of("branch_of", A);
-  zs::test::upload(std::vector<int>{0, 2, 5}, cum);
-  zs::test::upload(std::vector<int>{0, 0, 1, 1, 1}, branch_of);
   zs::DeviceFloats d_value("d_value", static_cast<std::size_t>(B) * atoms);
   zs::DeviceFloats d_branch("d_branch", static_cast<std::size_t>(B) * A * atoms);
   zs::DeviceFloats priorities("priorities", B);
@@ -53,10 +50,7 @@ Result run(const zs::kernels::Support& sup, const std::vector<float>& rewards, c
   f.best = best;
   f.d_value = Kokkos::View<float**, Kokkos::LayoutRight, MemSpace, Kokkos::MemoryUnmanaged>(d_value.data(), B, atoms);
   f.d_branch_out = Kokkos::View<float*, MemSpace, Kokkos::MemoryUnmanaged>(d_branch.data(), d_branch.extent(0));
-  f.table.cum = cum;
-  f.table.branch_of = branch_of;
-  f.table.branches = K;
-  f.table.actions = A;
+  f.table = zs::kernels::BranchTable::of({2, 3});
   f.sup = sup;
   ExecSpace exec;
   zs::kernels::c51_loss(exec, f, loss);
