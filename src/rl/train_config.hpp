@@ -8,7 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/config.hpp"
-#include "train/guard.hpp"
+#include "core/guard_config.hpp"
 
 namespace zs {
 
