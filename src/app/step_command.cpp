@@ -1,8 +1,11 @@
 #include "app/step_command.hpp"
 
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "app/explain.hpp"
+#include "core/file_kind.hpp"
 #include "core/host_batch.hpp"
 #include "core/safetensors.hpp"
 #include "train/trainer.hpp"
@@ -39,12 +42,23 @@ void load_params(Trainer& tr, const std::string& path) {
 
 void run_step_command(const StepCommand& cmd, std::ostream& log) {
   require(cmd.steps >= 1, "step: --steps = ", cmd.steps, "; expected at least 1");
-  const Config c = Config::from_file(cmd.config_path);
-  const HostBatch batch = read_batch(cmd.batch_path, c);
+  // Before any work: a refused output found after minutes of steps would waste them.
+  require_output_file(cmd.out_path, "step --out");
+  require_input_file(cmd.config_path, "step --config");
+  require_input_file(cmd.batch_path, "step --batch");
+  if (!cmd.params_path.empty()) require_input_file(cmd.params_path, "step --params");
+  const Config c =
+      explained("step: reading the config '" + cmd.config_path + "'", [&] { return Config::from_file(cmd.config_path); });
+  const HostBatch batch =
+      explained("step: reading the batch '" + cmd.batch_path + "'", [&] { return read_batch(cmd.batch_path, c); });
   TrainerOptions opt;
   opt.batch_size = batch.size;
-  Trainer tr(c, opt);
-  if (!cmd.params_path.empty()) load_params(tr, cmd.params_path);
+  const auto trainer = explained("step: building the network and its buffers for a batch of " +
+                                     std::to_string(batch.size) + " samples",
+                                 [&] { return std::make_unique<Trainer>(c, opt); });
+  Trainer& tr = *trainer;
+  if (!cmd.params_path.empty())
+    explained("step: reading the parameters '" + cmd.params_path + "'", [&] { load_params(tr, cmd.params_path); });
   upload(tr.stream().exec(), c, batch, tr.batch());
   for (int s = 0; s < cmd.steps; ++s) tr.step();
   tr.synchronize();
