@@ -3,7 +3,10 @@
 # for one or more backends into a cache outside the work tree. Safe to re-run: every stage
 # leaves a stamp and is skipped when its stamp matches.
 #
-#   cmake/bootstrap.sh [--no-apt] BACKEND...      BACKEND: openmp | openmp-debug | cuda
+#   cmake/bootstrap.sh [--no-apt] BACKEND...      BACKEND: openmp | openmp-debug | cuda | fuzz
+#
+# `fuzz` is no Kokkos build: it only installs clang and its libFuzzer runtime for scripts/fuzz.sh,
+# so the normal build and test path does not carry them.
 #
 # ZEROSYNC_DEPS   cache root (default: ~/.cache/zerosync-deps)
 # ZEROSYNC_JOBS   parallel build jobs (default: nproc)
@@ -19,16 +22,19 @@ die() { echo "zerosync bootstrap: error: $*" >&2; exit 1; }
 step() { echo "zerosync bootstrap: $*"; }
 
 do_apt=1
+do_fuzz=0
 backends=()
 for arg in "$@"; do
   case "$arg" in
     --no-apt) do_apt=0 ;;
     openmp|openmp-debug|cuda) backends+=("$arg") ;;
-    -h|--help) sed -n '2,9p' "${BASH_SOURCE[0]}"; exit 0 ;;
-    *) die "unknown backend '$arg'; expected one of: openmp, openmp-debug, cuda" ;;
+    fuzz) do_fuzz=1 ;;
+    -h|--help) sed -n '2,12p' "${BASH_SOURCE[0]}"; exit 0 ;;
+    *) die "unknown backend '$arg'; expected one of: openmp, openmp-debug, cuda, fuzz" ;;
   esac
 done
-[ "${#backends[@]}" -gt 0 ] || die "no backend given; expected one or more of: openmp, openmp-debug, cuda"
+[ "${#backends[@]}" -gt 0 ] || [ "$do_fuzz" -eq 1 ] \
+  || die "no backend given; expected one or more of: openmp, openmp-debug, cuda, fuzz"
 
 mkdir -p "$deps" 2>/dev/null || die "cannot create the cache directory '$deps'; set ZEROSYNC_DEPS to a writable path"
 
@@ -46,6 +52,8 @@ apt_packages=(build-essential cmake ninja-build pkg-config dpkg-dev ca-certifica
               libgtest-dev libgmock-dev libbenchmark-dev libopenblas-dev
               nlohmann-json3-dev libcli11-dev libfmt-dev python3 gnuplot-nox
               libbenchmark-tools python3-scipy)
+# libFuzzer ships with Debian's clang in libclang-rt-14-dev (clang 14 is bookworm's default).
+if [ "$do_fuzz" -eq 1 ]; then apt_packages+=(clang libclang-rt-14-dev); fi
 
 as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
 

@@ -1,14 +1,18 @@
-// Shared helpers for the tests: fresh random inputs (a new seed per run, printed on failure)
-// and host <-> device copies.
+// Shared helpers for the tests: fresh random inputs (a new seed per run, printed on failure,
+// replayed with ZS_TEST_SEED) and host <-> device copies.
 #pragma once
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <optional>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -17,8 +21,60 @@
 
 namespace zs::test {
 
-// A new seed every run, so tests never settle on one lucky input; SCOPED_TRACE it.
-inline std::uint64_t fresh_seed() { return std::random_device{}() * 0x9E3779B97F4A7C15ull + 1; }
+// The seeds a test draws with fresh_seed(): one base per test, new every run unless the
+// environment variable ZS_TEST_SEED gives it, and the i-th draw derived from it. A failing test
+// prints its base (tests/test_main.cpp), and ZS_TEST_SEED=<base> replays every draw it made.
+struct SeedLog {
+  std::uint64_t base = 0;
+  bool from_environment = false;
+  std::vector<std::uint64_t> drawn;
+};
+
+inline SeedLog& seed_log() {
+  static SeedLog log;
+  return log;
+}
+
+// ZS_TEST_SEED as a number, or nothing when unset; throws std::invalid_argument naming the value
+// when it is set to anything but a decimal integer below 2^64.
+inline std::optional<std::uint64_t> seed_from_environment() {
+  const char* v = std::getenv("ZS_TEST_SEED");
+  if (!v) return std::nullopt;
+  const std::string s(v);
+  errno = 0;
+  char* end = nullptr;
+  const unsigned long long n = std::strtoull(s.c_str(), &end, 10);
+  if (s.empty() || s.find_first_not_of("0123456789") != std::string::npos || errno == ERANGE || *end != '\0')
+    throw std::invalid_argument("ZS_TEST_SEED = '" + s + "'; expected a decimal integer in [0, 2^64)");
+  return static_cast<std::uint64_t>(n);
+}
+
+// Called by the listener in test_main.cpp as each test starts.
+inline void start_seed_log() {
+  SeedLog& log = seed_log();
+  const auto env = seed_from_environment();
+  log.from_environment = env.has_value();
+  log.base = env ? *env : (std::uint64_t(std::random_device{}()) << 32 | std::random_device{}());
+  log.drawn.clear();
+}
+
+// splitmix64's finaliser: neighbouring counters give unrelated seeds.
+inline std::uint64_t mix_seed(std::uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+// A new seed every run, so tests never settle on one lucky input; SCOPED_TRACE it. The first
+// draw of a test is its base itself, so a test that draws once replays with the seed it printed.
+inline std::uint64_t fresh_seed() {
+  SeedLog& log = seed_log();
+  const std::uint64_t i = log.drawn.size();
+  const std::uint64_t seed = i == 0 ? log.base : mix_seed(log.base + i);
+  log.drawn.push_back(seed);
+  return seed;
+}
 
 // A temporary file path unique to the running test: ctest runs tests in parallel, and two
 // tests writing one file name race.

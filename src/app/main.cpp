@@ -1,24 +1,42 @@
 // The zerosync command-line program. With no subcommand it prints the build configuration
 // and runs the self-check, so a fresh build can be trusted in one command.
+//
+// It never ends by a signal or an abort: every failure is a message on stderr and one of the
+// exit statuses in docs/cli.md.
 #include <CLI/CLI.hpp>
+#include <csignal>
 #include <cstdint>
 #include <cstdlib>
+#include <exception>
 #include <iostream>
+#include <memory>
+#include <new>
 #include <string>
 
-#include "backends/backend.hpp"
 #include "app/build_info.hpp"
-#include "core/error.hpp"
-#include "core/seed.hpp"
+#include "app/explain.hpp"
 #include "app/self_check.hpp"
 #include "app/step_command.hpp"
 #include "app/train_command.hpp"
+#include "backends/backend.hpp"
+#include "core/error.hpp"
+#include "core/seed.hpp"
 
-int main(int argc, char** argv) {
+namespace {
+
+constexpr int kOk = 0;
+constexpr int kSelfCheckFailed = 1;
+constexpr int kBadInput = 2;
+constexpr int kStopped = 3;
+constexpr int kBadCommandLine = 109;  // CLI11's code for extra arguments, documented since the first release
+constexpr int kInterrupted = 130;
+
+int run(int argc, char** argv) {
   // Kokkos takes its own --kokkos-* options out of argv before ours are parsed.
   // Kokkos warns on every start when OMP_PROC_BIND is unset; binding stays the user's choice.
   setenv("OMP_PROC_BIND", "false", 0);
-  Kokkos::ScopeGuard kokkos(argc, argv);
+  const auto kokkos = zs::explained("Kokkos could not start (check the --kokkos-* options, e.g. --kokkos-threads=4)",
+                                    [&] { return std::make_unique<Kokkos::ScopeGuard>(argc, argv); });
   CLI::App app{"zerosync: zero-sync training hot path of a BDQ-C51 DQN (Kokkos: CUDA or OpenMP)"};
   app.require_subcommand(0, 1);
   auto* info = app.add_subcommand("info", "print the build configuration: backend, Kokkos, devices");
@@ -52,32 +70,66 @@ int main(int argc, char** argv) {
                        });
   train->add_option("--out", train_cmd.out, "run directory (default runs/<env>-<date>-<time>)");
   train->add_flag("--resume", train_cmd.resume, "continue the run in --out from its checkpoint");
-  train->add_flag("--quiet", train_cmd.quiet, "no progress bar");
-  CLI11_PARSE(app, argc, argv);
+  train->add_flag("--quiet", train_cmd.quiet, "no progress output (the start line, errors and the summary stay)");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    // CLI11 gives each kind of mistake its own code (104 a value of the wrong type, 105 one out
+    // of range, 106 a missing option, ...); a user needs one: the command line was wrong.
+    // --help is a ParseError too, with code 0.
+    return app.exit(e) == 0 ? kOk : kBadCommandLine;
+  }
   if (steps_opt->count()) train_cmd.steps = train_steps;
   if (envs_opt->count()) train_cmd.envs = train_envs;
   if (seed_opt->count()) train_cmd.seed = zs::parse_seed(train_seed, "--seed");
-  try {
-    if (train->parsed()) {
-      const zs::TrainSummary s = zs::run_train_command(train_cmd, std::cerr);
-      if (s.outcome == zs::TrainOutcome::interrupted) return 130;
-      return s.outcome == zs::TrainOutcome::guard_stopped || s.outcome == zs::TrainOutcome::q_stopped ? 3 : 0;
-    }
-    if (step->parsed()) {
-      zs::run_step_command(step_cmd, std::cout);
-      return 0;
-    }
-    const bool all = app.get_subcommands().empty();
-    if (all || info->parsed()) zs::print_build_info(std::cout);
-    if (all || check->parsed()) {
-      std::cout << "self-check:\n";
-      const bool ok = zs::run_self_check(std::cout, replays);
-      std::cout << (ok ? "self-check passed" : "self-check FAILED") << std::endl;
-      return ok ? 0 : 1;
-    }
-  } catch (const zs::Error& e) {
-    std::cerr << "zerosync: error: " << e.what() << std::endl;
-    return 2;
+  if (train->parsed()) {
+    const zs::TrainSummary s = zs::run_train_command(train_cmd, std::cerr);
+    if (s.outcome == zs::TrainOutcome::interrupted) return kInterrupted;
+    return s.outcome == zs::TrainOutcome::guard_stopped || s.outcome == zs::TrainOutcome::q_stopped ? kStopped : kOk;
   }
-  return 0;
+  if (step->parsed()) {
+    zs::run_step_command(step_cmd, std::cout);
+    return kOk;
+  }
+  const bool all = app.get_subcommands().empty();
+  if (all || info->parsed()) zs::print_build_info(std::cout);
+  if (all || check->parsed()) {
+    std::cout << "self-check:\n";
+    const bool ok = zs::run_self_check(std::cout, replays);
+    std::cout << (ok ? "self-check passed" : "self-check FAILED") << std::endl;
+    return ok ? kOk : kSelfCheckFailed;
+  }
+  return kOk;
+}
+
+int report(const char* what) {
+  std::cerr << "zerosync: error: " << what << std::endl;
+  return kBadInput;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // A closed pipe (`zerosync info | head -1`) or a file-size limit (`ulimit -f`) would end the
+  // program by a signal in the middle of a write; ignored, they make the write fail instead,
+  // which is reported below like any other error.
+  std::signal(SIGPIPE, SIG_IGN);
+  std::signal(SIGXFSZ, SIG_IGN);
+  int status = kBadInput;
+  try {
+    status = run(argc, argv);
+  } catch (const zs::Error& e) {
+    return report(e.what());
+  } catch (const std::bad_alloc&) {
+    return report("out of memory: a buffer could not be allocated; expected sizes (config widths, batch size, "
+                  "replay capacity) that fit in this machine's memory");
+  } catch (const std::exception& e) {
+    return report(e.what());
+  } catch (...) {
+    return report("failed with an exception of unknown type");
+  }
+  // Output that never arrived (a full disk, a closed pipe) is a failure, not a success.
+  std::cout.flush();
+  if (!std::cout) return report("writing to standard output failed (closed pipe or full disk?)");
+  return status;
 }

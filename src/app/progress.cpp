@@ -5,9 +5,14 @@
 
 namespace zs {
 
-ProgressBar::ProgressBar(std::ostream& out, std::int64_t total, bool tty, double line_every_s)
-    : out_(out), total_(total > 0 ? total : 1), tty_(tty), line_every_s_(line_every_s),
-      last_line_(std::chrono::steady_clock::now()) {}
+ProgressMode progress_mode(bool quiet, bool terminal) {
+  if (quiet) return ProgressMode::off;
+  return terminal ? ProgressMode::terminal : ProgressMode::lines;
+}
+
+ProgressBar::ProgressBar(std::ostream& out, std::int64_t total, ProgressMode mode, double line_every_s)
+    : out_(out), total_(total > 0 ? total : 1), mode_(mode), tty_(mode == ProgressMode::terminal),
+      line_every_s_(line_every_s), last_line_(std::chrono::steady_clock::now()) {}
 
 std::string ProgressBar::bar(double fraction, int width) {
   fraction = std::isfinite(fraction) ? std::fmin(1.0, std::fmax(0.0, fraction)) : 0.0;
@@ -16,6 +21,7 @@ std::string ProgressBar::bar(double fraction, int width) {
 }
 
 void ProgressBar::update(std::int64_t done, const std::string& status) {
+  if (mode_ == ProgressMode::off) return;
   const double f = static_cast<double>(done) / static_cast<double>(total_);
   char pct[16];
   std::snprintf(pct, sizeof pct, "%3.0f%%", 100.0 * std::fmin(1.0, f));
@@ -41,6 +47,7 @@ void ProgressBar::finish() {
 }
 
 void ProgressBar::message(const std::string& line) {
+  if (mode_ == ProgressMode::off) return;
   if (tty_ && drawn_) out_ << '\r' << std::string(last_width_, ' ') << '\r';
   out_ << line << std::endl;
   drawn_ = false;

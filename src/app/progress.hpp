@@ -1,5 +1,5 @@
 // A one-line progress bar for long runs: redrawn in place on a terminal, printed as a plain line
-// every few seconds otherwise (logs, CI), so progress is visible either way.
+// every few seconds otherwise (logs, CI), so progress is visible either way; or silent.
 #pragma once
 #include <chrono>
 #include <cstddef>
@@ -9,15 +9,25 @@
 
 namespace zs {
 
+enum class ProgressMode {
+  terminal,  // one line redrawn in place
+  lines,     // a plain line every few seconds (logs, CI)
+  off,       // nothing at all (--quiet)
+};
+
+// --quiet wins over everything; otherwise a terminal gets the live bar, anything else lines.
+ProgressMode progress_mode(bool quiet, bool terminal);
+
 class ProgressBar {
  public:
-  // `tty`: redraw in place; otherwise one line per `line_every_s` seconds.
-  ProgressBar(std::ostream& out, std::int64_t total, bool tty, double line_every_s = 5.0);
+  // `lines`: at most one line per `line_every_s` seconds.
+  ProgressBar(std::ostream& out, std::int64_t total, ProgressMode mode, double line_every_s = 5.0);
   // done of total, then `status` (free text: rates, return, loss, …).
   void update(std::int64_t done, const std::string& status);
   // Ends the bar's line so that what follows starts on a fresh one.
   void finish();
-  // Prints a whole line above the bar (clears it first on a terminal).
+  // Prints a whole line of progress news above the bar (clears it first on a terminal); nothing
+  // when the mode is off.
   void message(const std::string& line);
 
   static std::string bar(double fraction, int width);
@@ -25,6 +35,7 @@ class ProgressBar {
  private:
   std::ostream& out_;
   std::int64_t total_;
+  ProgressMode mode_;
   bool tty_;
   double line_every_s_;
   std::chrono::steady_clock::time_point last_line_;

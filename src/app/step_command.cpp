@@ -1,5 +1,6 @@
 #include "app/step_command.hpp"
 
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <cstddef>
 #include <cstdint>
@@ -7,34 +8,15 @@
 #include <utility>
 #include <vector>
 
+#include "app/explain.hpp"
+#include "core/file_kind.hpp"
+#include "core/host_batch.hpp"
 #include "core/safetensors.hpp"
 #include "train/trainer.hpp"
 
 namespace zs {
 
 namespace {
-
-HostBatch read_batch(const std::string& path, const Config& c) {
-  const safetensors::File f = safetensors::read(path);
-  const std::set<std::string> known = {"states", "next_states", "actions", "rewards", "dones", "weights"};
-  for (const auto& [name, t] : f.tensors)
-    require(known.count(name) == 1, "batch '", path, "': unknown tensor '", name,
-            "'; expected states, next_states, actions, rewards, dones, weights");
-  const auto& st = f.at("states");
-  require(st.shape.size() == 2, "batch '", path, "': states has shape ", safetensors::shape_string(st.shape),
-          "; expected [B, ", c.state_dim, "]");
-  const std::int64_t B = st.shape[0], S = c.state_dim, K = static_cast<std::int64_t>(c.branches.size());
-  require(B >= 1, "batch '", path, "': empty batch (B = 0); expected at least one sample");
-  HostBatch b;
-  b.size = static_cast<int>(B);
-  b.states = f.f32("states", {B, S});
-  b.next_states = f.f32("next_states", {B, S});
-  b.actions = f.i32("actions", {B, K});
-  b.rewards = f.f32("rewards", {B});
-  b.dones = f.f32("dones", {B});
-  b.weights = f.f32("weights", {B});
-  return b;
-}
 
 // P in PyTorch nn.Linear naming: every online tensor; target.* all or none (none: a copy).
 void load_params(Trainer& tr, const std::string& path) {
@@ -64,12 +46,23 @@ void load_params(Trainer& tr, const std::string& path) {
 
 void run_step_command(const StepCommand& cmd, std::ostream& log) {
   require(cmd.steps >= 1, "step: --steps = ", cmd.steps, "; expected at least 1");
-  const Config c = Config::from_file(cmd.config_path);
-  const HostBatch batch = read_batch(cmd.batch_path, c);
+  // Before any work: a refused output found after minutes of steps would waste them.
+  require_output_file(cmd.out_path, "step --out");
+  require_input_file(cmd.config_path, "step --config");
+  require_input_file(cmd.batch_path, "step --batch");
+  if (!cmd.params_path.empty()) require_input_file(cmd.params_path, "step --params");
+  const Config c =
+      explained("step: reading the config '" + cmd.config_path + "'", [&] { return Config::from_file(cmd.config_path); });
+  const HostBatch batch =
+      explained("step: reading the batch '" + cmd.batch_path + "'", [&] { return read_batch(cmd.batch_path, c); });
   TrainerOptions opt;
   opt.batch_size = batch.size;
-  Trainer tr(c, opt);
-  if (!cmd.params_path.empty()) load_params(tr, cmd.params_path);
+  const auto trainer = explained("step: building the network and its buffers for a batch of " +
+                                     std::to_string(batch.size) + " samples",
+                                 [&] { return std::make_unique<Trainer>(c, opt); });
+  Trainer& tr = *trainer;
+  if (!cmd.params_path.empty())
+    explained("step: reading the parameters '" + cmd.params_path + "'", [&] { load_params(tr, cmd.params_path); });
   upload(tr.stream().exec(), c, batch, tr.batch());
   for (int s = 0; s < cmd.steps; ++s) tr.step();
   tr.synchronize();

@@ -8,14 +8,16 @@
 #include <cmath>
 #include <csignal>
 #include <ctime>
-#include <filesystem>
 #include <fstream>
 #include <iomanip>
 #include <iostream>
+#include <memory>
 #include <sstream>
 
+#include "app/explain.hpp"
 #include "app/progress.hpp"
 #include "app/run_dir.hpp"
+#include "core/file_kind.hpp"
 #include "rl/train_loop.hpp"
 
 namespace zs {
@@ -50,9 +52,10 @@ TrainConfig resolve_config(const TrainCommand& cmd, const RunPaths& run) {
     require(cmd.env.empty() && cmd.config_path.empty() && !cmd.envs && !cmd.seed,
             "train --resume: --env, --config, --envs and --seed are not allowed; the run continues with its ",
             "own ", run.config(), " (only --steps may change)");
-    require(std::filesystem::exists(run.config()), "train --resume: no config.json in '", run.dir,
+    require(!file_kind(run.config()).empty(), "train --resume: no config.json in '", run.dir,
             "'; expected the directory of an earlier zerosync train run");
-    TrainConfig c = TrainConfig::from_file(run.config());
+    TrainConfig c = explained("train --resume: reading '" + run.config() + "'",
+                              [&] { return TrainConfig::from_file(run.config()); });
     if (cmd.steps) c.steps = *cmd.steps;
     c.validate();
     return c;
@@ -61,7 +64,9 @@ TrainConfig resolve_config(const TrainCommand& cmd, const RunPaths& run) {
   require(env == "cartpole" || env == "market", "train: --env ", env, " is invalid; expected cartpole or market");
   TrainConfig c = TrainConfig::defaults_for(env);
   if (!cmd.config_path.empty()) {
-    c = TrainConfig::from_file(cmd.config_path, c);
+    require_input_file(cmd.config_path, "train --config");
+    c = explained("train: reading the config '" + cmd.config_path + "'",
+                  [&] { return TrainConfig::from_file(cmd.config_path, c); });
     require(cmd.env.empty() || c.env == cmd.env, "train: --env ", cmd.env, " and the config's env '", c.env,
             "' disagree; expected one of them, or both the same");
   }
@@ -92,18 +97,22 @@ TrainSummary run_train_command(const TrainCommand& cmd, std::ostream& log) {
     require(!cmd.resume, "train --resume: expected --out RUN_DIR, the directory of the run to continue");
     run.dir = default_run_dir(cmd.env.empty() ? "cartpole" : cmd.env);
   }
-  if (!cmd.resume)
-    require(!std::filesystem::exists(run.checkpoint()) && !std::filesystem::exists(run.config()),
-            "train: '", run.dir, "' already holds a run; expected a new directory, or --resume to continue it");
+  check_run_dir(run, cmd.resume);
   const TrainConfig config = resolve_config(cmd, run);
-  std::filesystem::create_directories(run.dir);
+  create_run_dir(run);
 
-  TrainLoop loop(config);
+  const auto built = explained("train: building the environments, replay and network",
+                               [&] { return std::make_unique<TrainLoop>(config); });
+  TrainLoop& loop = *built;
+  const auto save_checkpoint = [&] {
+    explained("train: saving the checkpoint to '" + run.checkpoint() + "'", [&] { loop.save(run.checkpoint()); });
+  };
   std::int64_t start_steps = 0;
   if (cmd.resume) {
-    require(std::filesystem::exists(run.checkpoint()), "train --resume: no checkpoint '", run.checkpoint(),
-            "'; expected one written by an earlier run (at checkpoint_every, Ctrl-C or the end)");
-    loop.load(run.checkpoint());
+    require(!file_kind(run.checkpoint()).empty(), "train --resume: no checkpoint '",
+            run.checkpoint(), "'; expected one written by an earlier run (at checkpoint_every, Ctrl-C or the end)");
+    explained("train --resume: loading the checkpoint '" + run.checkpoint() + "'",
+              [&] { loop.load(run.checkpoint()); });
     start_steps = loop.env_steps();
     CsvLog::truncate_after(run.metrics(), start_steps);
     CsvLog::truncate_after(run.evals(), start_steps);
@@ -111,11 +120,14 @@ TrainSummary run_train_command(const TrainCommand& cmd, std::ostream& log) {
   } else {
     std::ofstream out(run.config());
     out << std::setw(2) << config.to_json() << '\n';
-    require(out.good(), "train: cannot write '", run.config(), "'");
+    out.flush();
+    require(out.good(), "train: cannot write '", run.config(), "' (disk full or file-size limit?)");
   }
+  // A new run starts its logs anew: check_run_dir found no file of an older one to continue.
+  const CsvLog::Mode mode = cmd.resume ? CsvLog::Mode::append : CsvLog::Mode::fresh;
   CsvLog metrics(run.metrics(), {"env_steps", "wall_s", "updates", "episodes", "recent_return", "loss", "grad_norm",
-                                 "epsilon", "beta", "replay", "guard"});
-  CsvLog evals(run.evals(), {"env_steps", "round", "episodes", "mean", "min", "max", "wall_s"});
+                                 "epsilon", "beta", "replay", "guard"}, mode);
+  CsvLog evals(run.evals(), {"env_steps", "round", "episodes", "mean", "min", "max", "wall_s"}, mode);
 
   log << "zerosync train: env " << config.env << ", " << config.envs << " envs, " << config.steps
       << " environment steps, batch " << config.batch_size << ", network " << loop.trainer().layout().size()
@@ -126,7 +138,7 @@ TrainSummary run_train_command(const TrainCommand& cmd, std::ostream& log) {
   s.checkpoint = run.checkpoint();
   s.best_eval = s.last_eval = std::nan("");
   const SigintScope sigint;
-  ProgressBar bar(log, config.steps, !cmd.quiet && isatty(STDERR_FILENO) && &log == &std::cerr);
+  ProgressBar bar(log, config.steps, progress_mode(cmd.quiet, &log == &std::cerr && isatty(STDERR_FILENO)));
   const auto t0 = std::chrono::steady_clock::now();
   const auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
   const auto next_multiple = [&](std::int64_t every) { return every > 0 ? (start_steps / every + 1) * every : -1; };
@@ -147,7 +159,8 @@ TrainSummary run_train_command(const TrainCommand& cmd, std::ostream& log) {
        << " episodes (min " << fmt_num(e.min, 4) << ", max " << fmt_num(e.max, 4) << ")";
     if (std::isnan(s.best_eval) || e.mean > s.best_eval) {
       s.best_eval = e.mean;
-      loop.save_eval_params(run.best_model());
+      explained("train: saving the best model to '" + run.best_model() + "'",
+                [&] { loop.save_eval_params(run.best_model()); });
       s.best_model = run.best_model();
       os << " — best so far, saved";
     }
@@ -224,7 +237,7 @@ TrainSummary run_train_command(const TrainCommand& cmd, std::ostream& log) {
       }
     }
     if (next_ckpt > 0 && steps >= next_ckpt) {
-      loop.save(run.checkpoint());
+      save_checkpoint();
       next_ckpt += config.checkpoint_every;
     }
   }
@@ -233,9 +246,7 @@ TrainSummary run_train_command(const TrainCommand& cmd, std::ostream& log) {
   loop.synchronize();
   while (auto e = loop.poll_eval()) handle_eval(*e);
 
-  if (healthy) {
-    loop.save(run.checkpoint());
-  }
+  if (healthy) save_checkpoint();
   s.env_steps = loop.env_steps();
   s.updates = loop.updates();
   s.wall_s = elapsed();
@@ -252,7 +263,7 @@ TrainSummary run_train_command(const TrainCommand& cmd, std::ostream& log) {
   log << "  run directory: " << run.dir << "\n";
   if (healthy)
     log << "  checkpoint:    " << run.checkpoint() << "  (continue: zerosync train --resume --out " << run.dir << ")\n";
-  else if (std::filesystem::exists(run.checkpoint()))
+  else if (!file_kind(run.checkpoint()).empty())
     log << "  last good checkpoint: " << run.checkpoint() << " (saved before the problem; not overwritten)\n";
   else
     log << "  no checkpoint was saved before the problem (checkpoint_every = " << config.checkpoint_every << ")\n";

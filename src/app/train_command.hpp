@@ -17,7 +17,7 @@ struct TrainCommand {
   std::optional<std::uint64_t> seed;
   std::string out;          // run directory; "" → runs/<env>-<date>-<time>
   bool resume = false;      // continue the run in `out` from its checkpoint
-  bool quiet = false;       // no progress bar (messages and the summary still print)
+  bool quiet = false;       // no progress output at all (the start line, errors and the summary still print)
 };
 
 enum class TrainOutcome { finished, solved, interrupted, guard_stopped, q_stopped };

@@ -4,13 +4,16 @@
 #include <cerrno>
 #include <cstddef>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <string_view>
+#include <system_error>
 #include <tuple>
 
+#include "core/file_kind.hpp"
 #include "core/json.hpp"
 
 namespace zs::safetensors {
@@ -305,6 +308,10 @@ File read(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   require(in.is_open(), "safetensors: cannot open '", path,
           "' for reading; expected an existing, readable safetensors file");
+  // A directory opens; reading it then throws from inside the stream buffer, unexplained.
+  std::error_code ec;
+  require(!std::filesystem::is_directory(path, ec), "safetensors: '", path,
+          "' is a directory; expected a safetensors file");
   std::vector<std::uint8_t> image((std::istreambuf_iterator<char>(in)),
                                   std::istreambuf_iterator<char>());
   require(!in.bad(), "safetensors: reading '", path, "' failed");
@@ -312,11 +319,18 @@ File read(const std::string& path) {
 }
 
 void write(const std::string& path, const File& f) {
-  const auto bytes = serialize_as(f, path);
   const std::string tmp = path + ".tmp";
+  // The rename below would replace a device node, FIFO or link at `path`, and opening `tmp`
+  // would write through one there.
+  require_output_file(path, "safetensors: writing");
+  require_output_file(tmp, "safetensors: writing");
+  const auto bytes = serialize_as(f, path);
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    require(out.is_open(), "safetensors: cannot open '", tmp, "' for writing");
+    if (!out.is_open()) {
+      const int err = errno;
+      fail("safetensors: cannot open '", tmp, "' for writing: ", std::strerror(err));
+    }
     out.write(reinterpret_cast<const char*>(bytes.data()),
               static_cast<std::streamsize>(bytes.size()));
     out.flush();

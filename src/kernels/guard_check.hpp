@@ -8,16 +8,10 @@
 
 #include "backends/backend.hpp"
 #include "core/error.hpp"
+#include "core/guard_config.hpp"
 #include "kernels/math.hpp"
 
 namespace zs::kernels {
-
-// Thresholds fixed for a run, so passed by value; lr is not (schedules change it).
-struct GuardThresholds {
-  double loss_clip = 1e6;            // halt_loss_clip when loss > loss_clip
-  double collapse_multiplier = 100;  // halt_grad_collapse when grad_norm < lr · multiplier …
-  std::int64_t warmup_steps = 1000;  // … and only from step index warmup_steps on
-};
 
 // One step's verdict. Every record that crosses the mailbox is a struct of doubles like this one
 // (a step index stays exact up to 2^53): kernels write the fields, the host reads the same struct.
@@ -49,7 +43,7 @@ struct GuardCheck {
   Kokkos::View<std::int64_t, mem> step;
   Kokkos::View<GuardState, mem> state;
   Kokkos::View<int, mem> skip;
-  GuardThresholds limits;
+  GuardConfig limits;
 
   KOKKOS_INLINE_FUNCTION void operator()(const int) const {
     const double l = loss();
@@ -114,7 +108,7 @@ GuardCheck<Exec> make_guard_check(Kokkos::View<const float, typename Exec::memor
                                   Kokkos::View<std::int64_t, typename Exec::memory_space> step,
                                   Kokkos::View<GuardState, typename Exec::memory_space> state,
                                   Kokkos::View<int, typename Exec::memory_space> skip,
-                                  const GuardThresholds& limits) {
+                                  const GuardConfig& limits) {
   constexpr const char* who = "guard_check";
   guard_detail::require_allocated(loss, who, "loss");
   guard_detail::require_allocated(grad_norm, who, "grad_norm");
@@ -132,7 +126,7 @@ void guard_check(const Exec& exec, Kokkos::View<const float, typename Exec::memo
                  Kokkos::View<const float, typename Exec::memory_space> lr,
                  Kokkos::View<std::int64_t, typename Exec::memory_space> step,
                  Kokkos::View<GuardState, typename Exec::memory_space> state,
-                 Kokkos::View<int, typename Exec::memory_space> skip, const GuardThresholds& limits) {
+                 Kokkos::View<int, typename Exec::memory_space> skip, const GuardConfig& limits) {
   Kokkos::parallel_for("zs::guard_check", Kokkos::RangePolicy<Exec>(exec, 0, 1),
                        make_guard_check<Exec>(loss, grad_norm, lr, step, state, skip, limits));
 }

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "core/config.hpp"
+#include "core/host_batch.hpp"
 #include "nn/network.hpp"
 
 namespace zs {
@@ -22,14 +23,6 @@ struct DeviceBatch {
 
  private:
   int state_dim_ = 0;
-};
-
-// A batch in host memory, row-major, as read from a file or built by a test.
-struct HostBatch {
-  int size = 0;
-  std::vector<float> states, next_states;  // [B, state_dim]
-  std::vector<int> actions;                // [B, branches]
-  std::vector<float> rewards, dones, weights;  // [B]
 };
 
 // A batch of random transitions from `seed`: N(0, 1) states, uniform actions, rewards 2·N(0, 1),

@@ -6,8 +6,8 @@
 #include <string>
 
 #include "core/config.hpp"
+#include "core/guard_config.hpp"
 #include "core/json.hpp"  // nlohmann::json, and the strict reader for whoever reads a saved config
-#include "train/guard.hpp"
 
 namespace zs {
 

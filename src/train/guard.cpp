@@ -25,15 +25,6 @@ GuardTotals totals_of(const kernels::GuardSums& s) {
 
 }  // namespace
 
-void GuardConfig::validate() const {
-  require(std::isfinite(loss_clip) && loss_clip > 0, "GuardConfig: loss_clip = ", loss_clip,
-          " is invalid; expected a finite number > 0");
-  require(std::isfinite(collapse_multiplier) && collapse_multiplier >= 0, "GuardConfig: collapse_multiplier = ",
-          collapse_multiplier, " is invalid; expected a finite number >= 0 (0 turns the collapse check off)");
-  require(warmup_steps >= 0, "GuardConfig: warmup_steps = ", warmup_steps, " is invalid; expected an integer >= 0");
-  require(post_every >= 1, "GuardConfig: post_every = ", post_every, " is invalid; expected an integer >= 1");
-}
-
 double GuardTotals::mean_loss() const {
   return steps > 0 ? loss_sum / double(steps) : std::numeric_limits<double>::quiet_NaN();
 }

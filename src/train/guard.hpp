@@ -6,16 +6,11 @@
 
 #include "backends/backend.hpp"
 #include "backends/mailbox.hpp"
+#include "core/guard_config.hpp"
 #include "kernels/guard_check.hpp"
 
 namespace zs {
 
-// The guard's settings for a run: its thresholds and how often it posts its record.
-struct GuardConfig : kernels::GuardThresholds {
-  std::int64_t post_every = 1;  // post the record to the mailbox after every N-th check
-  // Throws zs::Error naming the first bad field, its value and what is expected.
-  void validate() const;
-};
 
 struct GuardTotals {
   double loss_sum = 0;
