@@ -37,7 +37,7 @@ void BM_GuardCheckKernelOnly(benchmark::State& state) {
   zs::DeviceScalar<std::int64_t> step("step");
   zs::DeviceScalar<int> skip("skip");
   Kokkos::View<zs::kernels::GuardState, zs::MemSpace> guard_state("guard_state");
-  const zs::kernels::GuardThresholds limits;
+  const zs::GuardConfig limits;
   zs::bench::time_on_stream(state, stream, [&] {
     zs::kernels::guard_check(stream.exec(), in.loss, in.grad, in.lr, step, guard_state, skip, limits);
   });

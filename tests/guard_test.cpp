@@ -482,13 +482,13 @@ TEST(Guard, LauncherErrorsNameTheView) {
   expect_error(
       [&] {
         zs::kernels::guard_check(stream.exec(), zs::DeviceScalar<float>(), in.grad, in.lr, step, state, skip,
-                                 zs::kernels::GuardThresholds{});
+                                 zs::GuardConfig{});
       },
       "guard_check: loss is not allocated");
   expect_error(
       [&] {
         zs::kernels::guard_check(stream.exec(), in.loss, in.grad, in.lr, step, none, skip,
-                                 zs::kernels::GuardThresholds{});
+                                 zs::GuardConfig{});
       },
       "guard_check: state is not allocated");
   expect_error([&] { zs::kernels::guard_boundary(stream.exec(), step, none); },

@@ -151,9 +151,11 @@ TEST_F(RunDirCheck, AResumedRunRefusesLinksFifosAndDirectoriesWhereItWritesFiles
   std::filesystem::create_directories(run.plot());
   EXPECT_NE(error(true).find("'" + run.plot() + "' is a directory"), std::string::npos) << error(true);
   std::filesystem::remove(run.plot());
-  std::ofstream(run.checkpoint()) << "x";
-  EXPECT_NE(error(true).find("'" + run.checkpoint() + "' is a regular file; expected a directory"), std::string::npos)
-      << error(true);
+  std::filesystem::create_directories(run.checkpoint());
+  EXPECT_NE(error(true).find("'" + run.checkpoint() + "' is a directory"), std::string::npos) << error(true);
+  std::filesystem::remove(run.checkpoint());
+  std::filesystem::create_symlink(target, run.checkpoint());
+  EXPECT_NE(error(true).find("'" + run.checkpoint() + "' is a symbolic link"), std::string::npos) << error(true);
   EXPECT_EQ(read_lines(target), std::vector<std::string>{"precious"});
 }
 

@@ -98,7 +98,8 @@ _TABLE = {
                  "range_error overflow_error length_error",
     ("exception", "stdexcept"): "exception exception_ptr current_exception rethrow_exception "
                                 "terminate",
-    "system_error": "error_code errc system_error generic_category",
+    "system_error": "error_code errc system_error generic_category make_error_code",
+    "new": "bad_alloc nothrow",
     "charconv": "to_chars from_chars",
     "random": "mt19937 mt19937_64 random_device seed_seq uniform_real_distribution "
               "uniform_int_distribution normal_distribution lognormal_distribution "

@@ -44,7 +44,7 @@ expect 0 "" "$bin" --help
 expect 2 "^zerosync: error: step --config: '$dir' is a directory" "$bin" step --config "$dir" --batch "$batch" --out o
 expect 2 "^zerosync: error: step --batch: '$dir' is a directory" "$bin" step --config "$config" --batch "$dir" --out o
 echo '{"lr": 1e400}' > huge.json
-expect 2 "^zerosync: error: step: reading the config 'huge.json': .*1e400" \
+expect 2 "^zerosync: error: config 'huge.json' is not valid JSON: .*1e400" \
   "$bin" step --config huge.json --batch "$batch" --out o
 echo '{"trunk": [65536, 65536, 65536, 65536], "state_dim": 4, "branches": [2, 3]}' > wide.json
 expect 2 "^zerosync: error: step: building the network .*(allocate|out of memory)" \
