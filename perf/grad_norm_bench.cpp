@@ -20,8 +20,9 @@ void BM_GradNorm(benchmark::State& state) {
   zs::DeviceFloats grad("grad", buffer_size(state.range(0)));
   Kokkos::deep_copy(grad, 0.5f);
   zs::DeviceScalar<double> norm("norm");
+  const auto scratch = zs::kernels::make_grad_norms_scratch(stream.exec());
   zs::bench::time_on_stream(state, stream, [&] {
-    zs::kernels::global_grad_norm(stream.exec(), zs::ConstDeviceFloats(grad), norm);
+    zs::kernels::global_grad_norm(stream.exec(), zs::ConstDeviceFloats(grad), norm, scratch);
   });
   state.SetBytesProcessed(state.iterations() * 100 * grad.extent(0) * sizeof(float));
 }
@@ -32,7 +33,8 @@ void BM_GradNormGraphReplay(benchmark::State& state) {
   zs::DeviceFloats grad("grad", buffer_size(state.range(0)));
   Kokkos::deep_copy(grad, 0.5f);
   zs::DeviceScalar<double> norm("norm");
-  auto body = [&] { zs::kernels::global_grad_norm(stream.exec(), zs::ConstDeviceFloats(grad), norm); };
+  const auto scratch = zs::kernels::make_grad_norms_scratch(stream.exec());
+  auto body = [&] { zs::kernels::global_grad_norm(stream.exec(), zs::ConstDeviceFloats(grad), norm, scratch); };
   body();
   stream.synchronize();
   zs::Graph graph;

@@ -38,6 +38,7 @@ zs::DeviceScalar<double> device_double(double x) {
 // clip path runs through it here, with an Adam state and skip flag of its own.
 struct Clip {
   Kokkos::View<double*, zs::MemSpace> adam_state = zs::kernels::make_adam_state();
+  zs::kernels::GradNormsScratch<zs::ExecSpace> scratch = zs::kernels::make_grad_norms_scratch(zs::ExecSpace());
   zs::DeviceScalar<int> skip{std::string("zs::test::skip")};
 
   void scale(const zs::Stream& stream, const zs::DeviceScalar<double>& norm, const zs::DeviceScalar<float>& scale,
@@ -48,7 +49,7 @@ struct Clip {
   // budgeted sum with no auxiliary term is C51's gradient at its clip scale).
   void on_device(const zs::Stream& stream, const zs::DeviceFloats& grad, const zs::DeviceScalar<double>& norm,
                  const zs::DeviceScalar<float>& scale, float limit) const {
-    zs::kernels::global_grad_norm(stream.exec(), zs::ConstDeviceFloats(grad), norm);
+    zs::kernels::global_grad_norm(stream.exec(), zs::ConstDeviceFloats(grad), norm, scratch);
     this->scale(stream, norm, scale, limit);
     zs::kernels::budget_sum(stream.exec(), grad, zs::ConstDeviceFloats(grad), zs::DeviceScalar<const float>(scale), {});
   }
@@ -145,7 +146,7 @@ TEST(GradClip, C51AloneGetsTheFullBudget) {
     zs::DeviceFloats grad("grad", n);
     Kokkos::deep_copy(grad, 1.f);  // norm sqrt(n) ≈ 537, far over the limit
     Clip().on_device(stream, grad, norm, scale, zs::c51_budget(c) * max_grad_norm);
-    zs::kernels::global_grad_norm(stream.exec(), zs::ConstDeviceFloats(grad), norm);
+    zs::kernels::global_grad_norm(stream.exec(), zs::ConstDeviceFloats(grad), norm, Clip().scratch);
     stream.synchronize();
     double after = 0;
     Kokkos::deep_copy(after, norm);

@@ -21,7 +21,8 @@ double device_norm(const std::vector<float>& g) {
   auto d = zs::test::to_device(g);
   zs::DeviceScalar<double> norm("norm");
   Kokkos::deep_copy(norm, -1.0);  // poison: a norm is never negative
-  zs::kernels::global_grad_norm(stream.exec(), zs::ConstDeviceFloats(d), norm);
+  zs::kernels::global_grad_norm(stream.exec(), zs::ConstDeviceFloats(d), norm,
+                                zs::kernels::make_grad_norms_scratch(stream.exec()));
   stream.synchronize();
   double h = 0;
   Kokkos::deep_copy(h, norm);
@@ -72,7 +73,8 @@ TEST(GradNorm, EmptyBufferIsAClearError) {
   zs::DeviceFloats empty("empty", 0);
   zs::DeviceScalar<double> norm("norm");
   try {
-    zs::kernels::global_grad_norm(stream.exec(), zs::ConstDeviceFloats(empty), norm);
+    zs::kernels::global_grad_norm(stream.exec(), zs::ConstDeviceFloats(empty), norm,
+                                  zs::kernels::make_grad_norms_scratch(stream.exec()));
     FAIL() << "no error for an empty buffer";
   } catch (const zs::Error& e) {
     EXPECT_NE(std::string(e.what()).find("empty"), std::string::npos) << e.what();

@@ -19,9 +19,9 @@ TEST(Graph, GradNormAndMailboxReplayWithFreshInputs) {
   zs::DeviceFloats grad("grad", n);
   Kokkos::View<double*, zs::MemSpace> record("record", 1);
   zs::Mailbox box(1);
+  const auto scratch = zs::kernels::make_grad_norms_scratch(stream.exec());
   auto step = [&] {
-    zs::kernels::global_grad_norm(stream.exec(), zs::ConstDeviceFloats(grad),
-                                  Kokkos::subview(record, 0));
+    zs::kernels::global_grad_norm(stream.exec(), zs::ConstDeviceFloats(grad), Kokkos::subview(record, 0), scratch);
     box.post(stream.exec(), record);
   };
   step();  // first use sizes Kokkos' reduction scratch outside capture

@@ -14,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "kernels/grad_norm.hpp"
 #include "losses/registry.hpp"
 #include "test_util.hpp"
 #include "train/trainer.hpp"
@@ -30,33 +31,35 @@ struct PenaltyGrad {
   KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t i) const { grad(i) = lambda * params(i); }
 };
 
-struct PenaltyLoss {
-  Kokkos::View<const float*, zs::MemSpace> params;
-  float lambda;
-  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t i, float& acc) const {
-    acc += 0.5f * lambda * params(i) * params(i);
-  }
-};
-
-struct CountCall {
+// loss = ½λ‖θ‖² from ‖θ‖ (the project's own norm kernel, no Kokkos reduction), and the call count.
+struct PenaltyLossAndCount {
+  Kokkos::View<const double, zs::MemSpace> norm;
+  Kokkos::View<float, zs::MemSpace> loss;
   Kokkos::View<std::int64_t, zs::MemSpace> calls;
-  KOKKOS_INLINE_FUNCTION void operator()(const int) const { calls() += 1; }
+  float lambda;
+  KOKKOS_INLINE_FUNCTION void operator()(const int) const {
+    loss() = static_cast<float>(0.5 * lambda * norm() * norm());
+    calls() += 1;
+  }
 };
 
 class ToyPenalty final : public zs::LossTerm {
  public:
   ToyPenalty(const zs::StepContext& ctx, float budget)
-      : LossTerm("toy", budget, ctx.layout), ctx_(ctx), calls_("zs::toy::calls") {}
+      : LossTerm("toy", budget, ctx.layout),
+        ctx_(ctx),
+        calls_("zs::toy::calls"),
+        param_norm_("zs::toy::param_norm"),
+        scratch_(zs::kernels::make_grad_norms_scratch(zs::ExecSpace())) {}
 
   void enqueue(const zs::ExecSpace& exec, const zs::Gemm&) override {
     const auto n = static_cast<std::int64_t>(ctx_.online.size());
     const zs::ConstDeviceFloats params(ctx_.online.flat());
     Kokkos::parallel_for("zs::test::toy_grad", Kokkos::RangePolicy<zs::ExecSpace, Kokkos::IndexType<std::int64_t>>(exec, 0, n),
                          PenaltyGrad{params, grad().flat(), kLambda});
-    Kokkos::parallel_reduce("zs::test::toy_loss",
-                            Kokkos::RangePolicy<zs::ExecSpace, Kokkos::IndexType<std::int64_t>>(exec, 0, n),
-                            PenaltyLoss{params, kLambda}, loss());
-    Kokkos::parallel_for("zs::test::toy_count", Kokkos::RangePolicy<zs::ExecSpace>(exec, 0, 1), CountCall{calls_});
+    zs::kernels::global_grad_norm(exec, params, param_norm_, scratch_);
+    Kokkos::parallel_for("zs::test::toy_loss", Kokkos::RangePolicy<zs::ExecSpace>(exec, 0, 1),
+                         PenaltyLossAndCount{param_norm_, loss(), calls_, kLambda});
   }
   void save_state(zs::safetensors::File& f) const override {
     std::int64_t c = 0;
@@ -76,6 +79,8 @@ class ToyPenalty final : public zs::LossTerm {
  private:
   const zs::StepContext& ctx_;
   Kokkos::View<std::int64_t, zs::MemSpace> calls_;
+  zs::DeviceScalar<double> param_norm_;
+  zs::kernels::GradNormsScratch<zs::ExecSpace> scratch_;
 };
 
 zs::LossTermSpec toy_spec() {

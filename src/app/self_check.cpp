@@ -20,12 +20,13 @@ bool run_self_check(std::ostream& os, int replays) {
   Mailbox mailbox(1);
   Stream stream;
   auto norm = Kokkos::subview(record, 0);
+  const auto scratch = kernels::make_grad_norms_scratch(stream.exec());
   auto step = [&] {
-    kernels::global_grad_norm(stream.exec(), ConstDeviceFloats(grad.flat()), norm);
+    kernels::global_grad_norm(stream.exec(), ConstDeviceFloats(grad.flat()), norm, scratch);
     mailbox.post(stream.exec(), record);
   };
-  // One direct run first: Kokkos sizes its reduction scratch on first use, and an allocation
-  // inside capture would (rightly) fail it.
+  // One direct run first: Kokkos sizes its team scratch on first use, and an allocation inside
+  // capture would (rightly) fail it.
   step();
   stream.synchronize();
   Graph graph;

@@ -17,36 +17,6 @@
 
 namespace zs::kernels {
 
-template <class Exec>
-struct SumOfSquaresSqrt {
-  using value_type = double;
-  Kokkos::View<const float*, typename Exec::memory_space> grad;
-
-  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t i, double& acc) const {
-    const double x = grad(i);
-    acc += x * x;
-  }
-  // Runs once on the reduced value: the norm is ready in the result without another launch.
-  KOKKOS_INLINE_FUNCTION void final(double& acc) const { acc = ::sqrt(acc); }
-};
-
-// Enqueues ‖grad‖₂ into `norm` (a rank-0 device view of double) on `exec`. No fence.
-// NaN or ±Inf anywhere in `grad` gives a NaN or +Inf norm, which the guard catches.
-template <class Exec, class NormView>
-void global_grad_norm(const Exec& exec, Kokkos::View<const float*, typename Exec::memory_space> grad,
-                      const NormView& norm) {
-  static_assert(Kokkos::is_view<NormView>::value && NormView::rank == 0,
-                "global_grad_norm: the result must be a rank-0 Kokkos::View<double>");
-  static_assert(std::is_same<typename NormView::non_const_value_type, double>::value,
-                "global_grad_norm: the result must hold a double");
-  require(grad.extent(0) > 0, "global_grad_norm: the gradient buffer is empty (0 elements); "
-                              "expected at least 1");
-  Kokkos::parallel_reduce(
-      "zs::grad_norm",
-      Kokkos::RangePolicy<Exec, Kokkos::IndexType<std::int64_t>>(exec, 0, grad.extent(0)),
-      SumOfSquaresSqrt<Exec>{grad}, norm);
-}
-
 // The norms of several gradient buffers of one length (C51's and each auxiliary's, all laid out
 // as the whole parameter buffer) in one launch instead of one each: out[b] = ‖g[b]‖₂. A team per
 // (buffer, chunk) sums its chunk's squares; the team that finishes a buffer last
@@ -142,6 +112,16 @@ void grad_norms(const Exec& exec, const std::vector<Kokkos::View<const float*, t
   Kokkos::parallel_for("zs::grad_norms",
                        Kokkos::TeamPolicy<Exec>(exec, static_cast<int>(grads.size()) * scratch.chunks, host ? 1 : 256),
                        f);
+}
+
+// Enqueues ‖grad‖₂ into `norm` (grad_norms with one buffer: Kokkos' own reduction is not used,
+// so the step has one reduction kernel, deterministic for a given scratch). NaN or ±Inf anywhere
+// in `grad` gives a NaN or +Inf norm, which the guard catches. No fence.
+template <class Exec>
+void global_grad_norm(const Exec& exec, Kokkos::View<const float*, typename Exec::memory_space> grad,
+                      Kokkos::View<double, typename Exec::memory_space> norm, const GradNormsScratch<Exec>& scratch) {
+  require(grad.extent(0) > 0, "global_grad_norm: the gradient buffer is empty (0 elements); expected at least 1");
+  grad_norms(exec, {grad}, {norm}, scratch);
 }
 
 }  // namespace zs::kernels

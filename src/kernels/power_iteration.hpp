@@ -308,12 +308,14 @@ struct SpectralNormPartialWtu {
   Kokkos::View<const float*, Mem> uv;
   Kokkos::View<double*, Mem> partials;
   int chunk_cols;
+  Kokkos::View<const int, Mem> skip;  // set: the step was tripped, leave everything as it is
 
   static std::size_t scratch_bytes(int team_size, int chunk_cols) {
     return Scratch::shmem_size(static_cast<std::size_t>(team_size) * chunk_cols);
   }
 
   KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
+    if (skip.data() != nullptr && skip() != 0) return;  // the same for every team: no barrier is left waiting
     const SpectralNormChunk k = chunks(team.league_rank());
     const SpectralNormMatrix m = matrices(k.matrix);
     const std::int64_t cols = m.desc.cols;
@@ -376,12 +378,14 @@ struct SpectralNormWv {
   Kokkos::View<float*, Mem> uv;
   Kokkos::View<double*, Mem> u_raw;
   int staged_cols;
+  Kokkos::View<const int, Mem> skip;
 
   static std::size_t scratch_bytes(int staged_cols) {
     return staged_cols > 0 ? Scratch::shmem_size(static_cast<std::size_t>(staged_cols)) : 0;
   }
 
   KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
+    if (skip.data() != nullptr && skip() != 0) return;
     const SpectralNormChunk k = chunks(team.league_rank());
     const SpectralNormMatrix m = matrices(k.matrix);
     const std::int64_t cols = m.desc.cols;
@@ -453,8 +457,10 @@ struct SpectralNormScale {
   Kokkos::View<const float*, Mem> uv_init;
   Kokkos::View<float*, Mem> sigmas;
   double sigma_max;
+  Kokkos::View<const int, Mem> skip;
 
   KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
+    if (skip.data() != nullptr && skip() != 0) return;
     const SpectralNormChunk k = chunks(team.league_rank());
     const SpectralNormDesc d = matrices(k.matrix).desc;
     const double* const ur = u_raw.data() + d.u_offset;
@@ -490,7 +496,8 @@ struct SpectralNormScale {
 };
 
 // Enqueues one power iteration + scaling for every matrix of `plan` on `exec`: three
-// launches, no allocation, no fence (so it can be captured into a graph). `uv_init` holds the
+// launches, no allocation, no fence (so it can be captured into a graph). With `skip` given and
+// set (the guard's flag, read on the device), the launches change nothing: W, u, v and σ stay. `uv_init` holds the
 // vectors u and v are reset to when a matrix is degenerate; it has the layout of `uv`. Offsets
 // in the plan are trusted (the SpectralNorm owner checks them once at construction; the
 // launcher cannot read a device table without a sync).
@@ -501,7 +508,8 @@ void batched_spectral_norm(const Exec& exec,
                            Kokkos::View<float*, typename Exec::memory_space> uv,
                            Kokkos::View<const float*, typename Exec::memory_space> uv_init,
                            Kokkos::View<float*, typename Exec::memory_space> sigmas,
-                           float sigma_max) {
+                           float sigma_max,
+                           Kokkos::View<const int, typename Exec::memory_space> skip = {}) {
   using Mem = typename Exec::memory_space;
   using Shape = SpectralNormShape<Mem>;
   const std::size_t n = plan.matrices.extent(0);
@@ -524,19 +532,19 @@ void batched_spectral_norm(const Exec& exec,
           .set_scratch_size(0,
                             Kokkos::PerTeam(SpectralNormPartialWtu<Exec>::scratch_bytes(ts, cc))),
       SpectralNormPartialWtu<Exec>{plan.matrices, plan.column_chunks, params, uv, plan.partials,
-                                   cc});
+                                   cc, skip});
   Kokkos::parallel_for(
       "zs::spectral_norm::wv",
       Policy(exec, static_cast<int>(plan.row_chunks.extent(0)), ts, vl)
           .set_scratch_size(0,
                             Kokkos::PerTeam(SpectralNormWv<Exec>::scratch_bytes(plan.staged_cols))),
       SpectralNormWv<Exec>{plan.matrices, plan.row_chunks, params, plan.partials, uv, plan.u_raw,
-                           plan.staged_cols});
+                           plan.staged_cols, skip});
   Kokkos::parallel_for(
       "zs::spectral_norm::scale",
       Policy(exec, static_cast<int>(plan.element_chunks.extent(0)), ts, vl),
       SpectralNormScale<Exec>{plan.matrices, plan.element_chunks, plan.u_raw, params, uv, uv_init,
-                              sigmas, static_cast<double>(sigma_max)});
+                              sigmas, static_cast<double>(sigma_max), skip});
 }
 
 }  // namespace zs::kernels

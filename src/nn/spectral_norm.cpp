@@ -79,11 +79,11 @@ SpectralNorm::SpectralNorm(const ParamLayout& layout, float sigma_max, std::uint
   sigmas_ = DeviceFloats(std::string("zs::spectral_norm::sigmas"), host_descs_.size());
 }
 
-void SpectralNorm::apply(const ExecSpace& exec, const DeviceFloats& params) const {
+void SpectralNorm::apply(const ExecSpace& exec, const DeviceFloats& params, Kokkos::View<const int, MemSpace> skip) const {
   require(params.extent(0) == param_size_, "SpectralNorm::apply: the parameter buffer has ",
           params.extent(0), " floats; expected ", param_size_, " (the layout's size)");
   kernels::batched_spectral_norm(exec, plan_, params, uv_, ConstDeviceFloats(uv_init_), sigmas_,
-                                 sigma_max_);
+                                 sigma_max_, skip);
 }
 
 }  // namespace zs

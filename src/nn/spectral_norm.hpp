@@ -24,8 +24,9 @@ class SpectralNorm {
   SpectralNorm(const ParamLayout& layout, float sigma_max, std::uint64_t seed);
 
   // Enqueues one power iteration + scaling of every weight matrix in `params` (a flat buffer
-  // laid out by the same ParamLayout) on `exec`. Three launches; no allocation, no fence.
-  void apply(const ExecSpace& exec, const DeviceFloats& params) const;
+  // laid out by the same ParamLayout) on `exec`. Three launches; no allocation, no fence. With
+  // `skip` (a device flag, e.g. the guard's) set when they run, they change nothing.
+  void apply(const ExecSpace& exec, const DeviceFloats& params, Kokkos::View<const int, MemSpace> skip = {}) const;
 
   // σ estimated by the latest apply(), one per matrix in layout order (0 before any apply).
   Kokkos::View<const float*, MemSpace> sigmas() const { return sigmas_; }

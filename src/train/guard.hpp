@@ -56,7 +56,7 @@ class TrainingGuard {
   TrainingGuard& operator=(TrainingGuard&&) = default;
 
   // Enqueues the guard check and a mailbox post on `exec`, one launch; no sync. grad_norm as produced by
-  // zs::kernels::global_grad_norm; lr is read on the device, so a schedule may change it.
+  // zs::kernels::global_grad_norm or grad_norms; lr is read on the device, so a schedule may change it.
   void check(const ExecSpace& exec, Kokkos::View<const float, MemSpace> loss,
              Kokkos::View<const double, MemSpace> grad_norm, Kokkos::View<const float, MemSpace> lr);
   // Enqueues snapshot-and-reset of the sums and a mailbox post on `exec`; no sync.

@@ -113,7 +113,9 @@ void Trainer::enqueue_phase(Phase phase) {
   const LossTerm& c51 = *terms_.front();
   switch (phase) {
     case Phase::spectral_norm:
-      if (spectral_) spectral_->apply(exec, online_.flat());
+      // After the update it projects, and gated by the guard like the update: a tripped step
+      // leaves the weights and the power iteration's vectors as they were.
+      if (spectral_) spectral_->apply(exec, online_.flat(), guard_.skip_flag());
       break;
     case Phase::forward:
       forward_plan_->enqueue(exec, gemm_);
@@ -126,7 +128,7 @@ void Trainer::enqueue_phase(Phase phase) {
       // own clip (a non-finite one adds nothing) and is reported in term_metrics(). All the norms
       // come from one launch.
       if (terms_.size() == 1) {
-        kernels::global_grad_norm(exec, ConstDeviceFloats(c51.grad().flat()), c51.norm());
+        kernels::global_grad_norm(exec, ConstDeviceFloats(c51.grad().flat()), c51.norm(), norm_scratch_);
       } else {
         std::vector<ConstDeviceFloats> grads;
         std::vector<DeviceScalar<double>> norms;

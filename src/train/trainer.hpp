@@ -1,8 +1,9 @@
 // The BDQ-C51 training step, end to end on one stream with no host synchronisation:
-// [spectral norm] → forward (online on s and s′ stacked, target on s′) → every loss term (C51,
-// then the auxiliaries the config turns on) → their gradient norms → guard → the budgeted sum of
-// the clipped gradients → Adam and the target update (skipped on the device when the guard
-// trips) → records to the pinned mailbox. On CUDA the step is recorded once as a CUDA graph and
+// forward (online on s and s′ stacked, target on s′) → every loss term (C51, then the
+// auxiliaries the config turns on) → their gradient norms → guard → the budgeted sum of the
+// clipped gradients → Adam and the target update → [the spectral-norm projection] → records to
+// the pinned mailbox. Everything after the guard is skipped on the device when it trips: a
+// tripped step changes nothing. On CUDA the step is recorded once as a CUDA graph and
 // replayed: one launch per step.
 #pragma once
 #include <cstddef>
@@ -76,9 +77,9 @@ class Trainer {
   void step();
   // The step's phases in order; enqueue_phase() runs one of them alone (benchmarks time the
   // phases this way: docs/performance.md's breakdown).
-  enum class Phase { spectral_norm, forward, loss_terms, norm_and_guard, optimizer };
-  static constexpr Phase kPhases[] = {Phase::spectral_norm, Phase::forward, Phase::loss_terms,
-                                      Phase::norm_and_guard, Phase::optimizer};
+  enum class Phase { forward, loss_terms, norm_and_guard, optimizer, spectral_norm };
+  static constexpr Phase kPhases[] = {Phase::forward, Phase::loss_terms, Phase::norm_and_guard, Phase::optimizer,
+                                      Phase::spectral_norm};
   static const char* phase_name(Phase p);
   void enqueue_phase(Phase p);
   // Enqueues the same step by direct launches, never the graph (for parity checks).
@@ -125,6 +126,8 @@ class Trainer {
   const C51Outputs& loss() const { return c51_; }
   DeviceScalar<double> grad_norm() const { return terms_.front()->norm(); }  // C51's
   const TrainingGuard& guard() const { return guard_; }
+  // The spectral-norm projection, nullptr when the config has it off.
+  const SpectralNorm* spectral_norm() const { return spectral_.get(); }
 
   // Host copies of one named tensor ("trunk.0.weight", …) of a buffer, and the reverse; the
   // data is row-major like PyTorch's. Blocking: for set-up, tools and checkpoints, never a step.
