@@ -51,7 +51,7 @@ check_disk() {
 apt_packages=(build-essential cmake ninja-build pkg-config dpkg-dev ca-certificates xz-utils
               libgtest-dev libgmock-dev libbenchmark-dev libopenblas-dev
               nlohmann-json3-dev libcli11-dev libfmt-dev python3 gnuplot-nox
-              libbenchmark-tools python3-scipy)
+              libbenchmark-tools python3-scipy zlib1g-dev)
 # libFuzzer ships with Debian's clang in libclang-rt-14-dev (clang 14 is bookworm's default).
 if [ "$do_fuzz" -eq 1 ]; then apt_packages+=(clang libclang-rt-14-dev); fi
 

@@ -11,5 +11,5 @@ carry="$repo/.carry"
 rm -rf "$carry" && mkdir -p "$carry/deps/src/kokkos-3.4.01" "$carry/debs"
 cp -a "$src/kokkos" "$src/.fetched" "$src/.patched" "$carry/deps/src/kokkos-3.4.01/"
 (cd "$carry/debs" && apt-get download -qq libgtest-dev libbenchmark-dev libbenchmark1debian \
-   nlohmann-json3-dev libcli11-dev libbenchmark-tools)
+   nlohmann-json3-dev libcli11-dev libbenchmark-tools zlib1g zlib1g-dev)
 du -sh "$carry"

@@ -137,3 +137,36 @@ TEST(Checkpoint, RefusesOtherConfigTruncatedCorruptOrIncompleteFilesAndChangesNo
   // And the good one still loads.
   EXPECT_NO_THROW(t.load(good));
 }
+
+// A corrupt byte anywhere in a checkpoint — header, metadata, checksums, any tensor's data — is
+// refused with a message, and the trainer keeps its state.
+TEST(Checkpoint, ACorruptByteAnywhereIsRefused) {
+  const auto seed = zs::test::fresh_seed();
+  SCOPED_TRACE(testing::Message() << "seed " << seed);
+  const auto c = config(seed);
+  zs::TrainerOptions opt;
+  opt.batch_size = 8;
+  zs::Trainer t(c, opt);
+  run(t, c, 0, 3, seed);
+  const std::string good = temp("zs_flip_good.safetensors"), bad = temp("zs_flip_bad.safetensors");
+  t.save(good);
+  std::ifstream in(good, std::ios::binary);
+  const std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const auto before = all_state(t);
+  std::mt19937_64 rng(seed);
+  // Every byte of the header (where a flip could otherwise change a name, a shape or the config),
+  // then random bytes of the data.
+  std::uint64_t header = 0;
+  for (int i = 7; i >= 0; --i) header = (header << 8) | static_cast<unsigned char>(bytes[static_cast<std::size_t>(i)]);
+  std::vector<std::size_t> where;
+  for (std::size_t i = 0; i < 8 + header; i += 1 + (i > 8 ? rng() % 7 : 0)) where.push_back(i);
+  for (int k = 0; k < 300; ++k) where.push_back(8 + header + rng() % (bytes.size() - 8 - header));
+  for (std::size_t i : where) {
+    auto b = bytes;
+    b[i] = static_cast<char>(b[i] ^ (1 << (rng() % 8)));
+    std::ofstream(bad, std::ios::binary).write(b.data(), static_cast<std::streamsize>(b.size()));
+    EXPECT_FALSE(error_of(t, bad).empty()) << "byte " << i << " of " << bytes.size() << " changed unnoticed";
+  }
+  EXPECT_EQ(std::memcmp(before.data(), all_state(t).data(), before.size() * sizeof(float)), 0);
+  EXPECT_NO_THROW(t.load(good));
+}

@@ -1,6 +1,7 @@
 #include "core/safetensors.hpp"
 
 #include <gtest/gtest.h>
+#include <zlib.h>
 
 #include <cmath>
 #include <cstddef>
@@ -162,12 +163,14 @@ TEST(SafetensorsRoundTrip, MetadataAndEmptyFile) {
   EXPECT_EQ(g.f32("w", {2}), (std::vector<float>{1.f, 2.f}));
 
   st::write(path, st::File{});  // overwrite: no tensors, no metadata is a valid file
-  const auto bytes = slurp(path);
-  ASSERT_EQ(bytes.size(), 16u);
-  EXPECT_EQ(std::string(bytes.begin() + 8, bytes.end()), "{}      ");
   const auto e = st::read(path);
   EXPECT_TRUE(e.tensors.empty());
   EXPECT_TRUE(e.metadata.empty());
+  EXPECT_TRUE(e.checksummed);
+  // Without zerosync's checksums, the spec's smallest file.
+  const auto bytes = st::serialize(st::File{}, false);
+  ASSERT_EQ(bytes.size(), 16u);
+  EXPECT_EQ(std::string(bytes.begin() + 8, bytes.end()), "{}      ");
 }
 
 // The interop proof: a file built byte by byte from the spec, not by our writer. Unsorted keys,
@@ -186,6 +189,7 @@ TEST(SafetensorsInterop, HandBuiltFileReads) {
   const auto path = temp_path("hand");
   spit(path, image(header, data));
   const auto f = st::read(path);
+  EXPECT_FALSE(f.checksummed) << "a file from elsewhere has no zerosync checksums; it still reads";
   EXPECT_EQ(f.metadata, (std::map<std::string, std::string>{{"format", "pt"}}));
   EXPECT_EQ(f.f32("a", {2, 1}), (std::vector<float>{1.0f, -2.5f}));
   EXPECT_EQ(f.i32("b", {2}), (std::vector<std::int32_t>{7, -1}));
@@ -202,7 +206,7 @@ TEST(SafetensorsInterop, HandBuiltFileReads) {
   std::string padded = want_header;
   while ((8 + padded.size()) % 8) padded += ' ';
   const std::vector<std::uint8_t> want_data(data.begin(), data.begin() + 16);
-  EXPECT_EQ(st::serialize(mine), image(padded, want_data));
+  EXPECT_EQ(st::serialize(mine, false), image(padded, want_data));
 }
 
 // Bytes written by the reference implementation (Python safetensors 0.8.0, safetensors.numpy.save
@@ -249,7 +253,17 @@ TEST(SafetensorsFormat, WrittenHeaderFollowsTheSpec) {
   EXPECT_LT(text.size() - last - 1, 8u) << "padding is spaces, fewer than 8";
   const auto j = nlohmann::json::parse(text);
   ASSERT_TRUE(j.is_object());
-  EXPECT_EQ(j.at("__metadata__"), (nlohmann::json{{"note", "x"}}));
+  ASSERT_EQ(j.at("__metadata__").size(), 2u);
+  EXPECT_EQ(j.at("__metadata__").at("note"), "x");
+  // zerosync's checksums: each tensor's CRC-32, computed here with zlib on the bytes as stored.
+  const auto sums = nlohmann::json::parse(j.at("__metadata__").at(st::kChecksumsKey).get<std::string>());
+  EXPECT_EQ(sums.size(), f.tensors.size() + 1);
+  for (const auto& kv : f.tensors) {
+    char hex[9];
+    std::snprintf(hex, sizeof hex, "%08lx",
+                  ::crc32(::crc32(0L, Z_NULL, 0), kv.second.bytes.data(), static_cast<uInt>(kv.second.bytes.size())));
+    EXPECT_EQ(sums.at(kv.first), hex) << kv.first;
+  }
 
   // Tensors sorted by name, contiguous from 0, covering the data buffer exactly.
   const std::size_t data_start = 8 + static_cast<std::size_t>(n);
@@ -275,6 +289,41 @@ TEST(SafetensorsFormat, WrittenHeaderFollowsTheSpec) {
 
   // Deterministic: the same content gives the same bytes.
   EXPECT_EQ(st::serialize(f), bytes);
+}
+
+// Every byte of a file zerosync wrote is covered: changed anywhere (header, metadata, padding,
+// checksums, tensor data), the file is refused with a zs::Error — or, where the change hits the
+// checksums' own key, reads as a file without checksums, which a checkpoint loader refuses
+// (File::require_checksums). Never read as something else with checksums intact.
+TEST(SafetensorsFormat, ACorruptByteAnywhereIsRefused) {
+  const auto seed = zs::test::fresh_seed();
+  SCOPED_TRACE(testing::Message() << "seed " << seed);
+  st::File f = sample_file(seed);
+  f.metadata["config"] = R"({"lr": 0.001, "atoms": 51})";
+  f.metadata["steps"] = "1200";
+  const auto good = st::serialize(f);
+  ASSERT_TRUE(st::parse(good).checksummed);
+  int refused = 0;
+  for (std::size_t i = 0; i < good.size(); ++i)
+    for (std::uint8_t mask : {0x01, 0x02, 0x20, 0x80, 0xFF}) {
+      auto bad = good;
+      bad[i] ^= mask;
+      try {
+        const auto read = st::parse(bad, "bad");
+        EXPECT_FALSE(read.checksummed) << "byte " << i << " ^ " << int(mask) << " was not noticed";
+        EXPECT_NE(zs::test::error_of([&] { read.require_checksums("checkpoint"); }).find("has no checksums"),
+                  std::string::npos);
+      } catch (const zs::Error&) {
+      }
+      ++refused;
+    }
+  EXPECT_EQ(refused, static_cast<int>(good.size()) * 5);
+  const auto e = zs::test::error_of([&] {
+    auto bad = good;
+    bad.back() ^= 0x01;
+    st::parse(bad, "x.safetensors");
+  });
+  EXPECT_NE(e.find("was corrupted after it was written"), std::string::npos) << e;
 }
 
 TEST(SafetensorsRefuses, MissingShortAndBadLengthFiles) {

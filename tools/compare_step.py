@@ -134,13 +134,14 @@ def main():
             write_safetensors(os.path.join(work, "batch.safetensors"), random_batch(rng, cfg, B))
             old, old_meta = run(args.old, work, "old", steps)
             new, new_meta = run(args.new, work, "new", steps)
-            differ, only = [], []
+            differ, only, same = [], [], 0
             for t in sorted(set(old) | set(new)):
                 if t not in old or t not in new:
                     if t not in args.allow_missing:
                         only.append(t + (" (old only)" if t in old else " (new only)"))
                     continue
                 fo, fn = fields(old[t], old_meta, t), fields(new[t], new_meta, t)
+                before = len(differ) + len(only)
                 if fo is not None and fn is not None:
                     for f in sorted(set(fo) | set(fn)):
                         if f not in fo or f not in fn:
@@ -150,7 +151,7 @@ def main():
                             differ.append(f)
                 elif old[t] != new[t]:
                     differ.append(t)
-            same = len(set(old) & set(new)) - len(differ)
+                same += len(differ) + len(only) == before
             status = "identical" if not differ and not only else "DIFFERENT"
             print("%-10s B=%-3d steps=%d: %d tensors identical, %d differ%s — %s" % (
                 name, B, steps, same, len(differ), (", %d in one output only" % len(only)) if only else "", status))

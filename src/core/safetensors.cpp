@@ -1,9 +1,14 @@
 #include "core/safetensors.hpp"
 
+#include <fcntl.h>
+#include <unistd.h>
+#include <zlib.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <cstddef>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -176,6 +181,57 @@ void check_tiling(const std::string& where, std::vector<Span> spans, std::uint64
           " bytes but the tensors cover only ", cursor, "; expected no trailing bytes");
 }
 
+// The checksums entry that covers the header itself (no tensor may have this name).
+constexpr const char* kHeaderChecksum = "__header__";
+
+std::string crc32_hex(const std::vector<std::uint8_t>& bytes) {
+  // zlib's crc32 takes a uInt length: feed large tensors in pieces.
+  uLong crc = ::crc32(0L, Z_NULL, 0);
+  std::size_t done = 0;
+  while (done < bytes.size()) {
+    const std::size_t n = std::min<std::size_t>(bytes.size() - done, std::size_t{1} << 30);
+    crc = ::crc32(crc, bytes.data() + done, static_cast<uInt>(n));
+    done += n;
+  }
+  char hex[9];
+  std::snprintf(hex, sizeof hex, "%08lx", static_cast<unsigned long>(crc & 0xFFFFFFFFul));
+  return hex;
+}
+
+// The header as serialize() writes it before adding the checksums: the metadata without the
+// checksums entry, and no __metadata__ at all when nothing else is left in it.
+json header_without_checksums(json header) {
+  const auto m = header.find(kMetadataKey);
+  if (m != header.end()) {
+    m->erase(kChecksumsKey);
+    if (m->empty()) header.erase(m);
+  }
+  return header;
+}
+
+// A file zerosync wrote: its header byte for byte as serialize() would write it (so no byte of it
+// can change unseen, whitespace included), the header's own CRC-32 and every tensor's.
+void verify_checksums(const std::string& where, std::string_view raw_header, const json& header,
+                      const std::string& text, const std::map<std::string, Tensor>& tensors) {
+  std::string canonical = header.dump();
+  while (canonical.size() < raw_header.size()) canonical += ' ';
+  require(canonical == raw_header, where, "its header is not as zerosync writes it; the file was altered");
+  const json sums = parse_json(text, where + "checksums");
+  require(sums.is_object() && sums.size() == tensors.size() + 1, where, "its checksums list ",
+          sums.is_object() ? sums.size() : 0, " entries; expected the header and each of its ", tensors.size(),
+          " tensors (the file was altered)");
+  const auto check = [&](const std::string& key, const std::string& got, const char* what) {
+    const auto it = sums.find(key);
+    require(it != sums.end() && it->is_string(), where, "no checksum for ", what,
+            "; expected one for the header and every tensor (the file was altered)");
+    require(it->get<std::string>() == got, where, what, " has CRC-32 ", got, " but the file recorded ",
+            it->get<std::string>(), "; it was corrupted after it was written");
+  };
+  const std::string h = header_without_checksums(header).dump();
+  check(kHeaderChecksum, crc32_hex(std::vector<std::uint8_t>(h.begin(), h.end())), "the header");
+  for (const auto& [name, t] : tensors) check(name, crc32_hex(t.bytes), ("tensor '" + name + "'").c_str());
+}
+
 }  // namespace
 
 const char* to_string(DType d) { return info(d).name; }
@@ -256,19 +312,32 @@ File parse(const std::vector<std::uint8_t>& image, const std::string& source) {
     f.tensors.emplace(kv.key(), std::move(t));
   }
   check_tiling(where, std::move(spans), data_size);
+  const auto sums = f.metadata.find(kChecksumsKey);
+  if (sums != f.metadata.end()) {
+    verify_checksums(where,
+                     std::string_view(reinterpret_cast<const char*>(image.data()) + 8, static_cast<std::size_t>(n)),
+                     header, sums->second, f.tensors);
+    f.metadata.erase(sums);
+    f.checksummed = true;
+  }
   return f;
+}
+
+void File::require_checksums(const std::string& what) const {
+  require(checksummed, what, " '", source, "' has no checksums (", kChecksumsKey,
+          "); expected a file written by zerosync, which records every tensor's CRC-32");
 }
 
 namespace {
 
-std::vector<std::uint8_t> serialize_as(const File& f, const std::string& target) {
+std::vector<std::uint8_t> serialize_as(const File& f, const std::string& target, bool checksums) {
   require_little_endian_host();
   const std::string where = "safetensors: writing '" + target + "': ";
   json header = json::object();
   std::uint64_t offset = 0;
   for (const auto& kv : f.tensors) {  // std::map: sorted by name, so the layout is deterministic
     const std::string what = where + "tensor '" + kv.first + "'";
-    require(kv.first != kMetadataKey, where, "a tensor is named '", kMetadataKey,
+    require(kv.first != kMetadataKey && kv.first != kHeaderChecksum, where, "a tensor is named '", kv.first,
             "'; expected that name to be left to the metadata");
     const Tensor& t = kv.second;
     const auto need = byte_count(t.shape, t.dtype, what);
@@ -279,10 +348,20 @@ std::vector<std::uint8_t> serialize_as(const File& f, const std::string& target)
                         {"data_offsets", {offset, offset + need}}};
     offset += need;
   }
+  require(f.metadata.count(kChecksumsKey) == 0, where, "its metadata has a '", kChecksumsKey,
+          "' entry; expected that key to be left to the writer's checksums");
   if (!f.metadata.empty()) header[kMetadataKey] = f.metadata;
 
   std::string text;
   try {
+    if (checksums) {
+      // The header's CRC-32 over its form without the checksums, then every tensor's.
+      json sums = json::object();
+      const std::string h = header.dump();
+      sums[kHeaderChecksum] = crc32_hex(std::vector<std::uint8_t>(h.begin(), h.end()));
+      for (const auto& kv : f.tensors) sums[kv.first] = crc32_hex(kv.second.bytes);
+      header[kMetadataKey][kChecksumsKey] = sums.dump();
+    }
     text = header.dump();
   } catch (const json::exception& e) {
     fail(where, "a tensor name or metadata string is not valid UTF-8: ", e.what());
@@ -302,7 +381,7 @@ std::vector<std::uint8_t> serialize_as(const File& f, const std::string& target)
 
 }  // namespace
 
-std::vector<std::uint8_t> serialize(const File& f) { return serialize_as(f, f.source); }
+std::vector<std::uint8_t> serialize(const File& f, bool checksums) { return serialize_as(f, f.source, checksums); }
 
 File read(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -324,27 +403,52 @@ void write(const std::string& path, const File& f) {
   // would write through one there.
   require_output_file(path, "safetensors: writing");
   require_output_file(tmp, "safetensors: writing");
-  const auto bytes = serialize_as(f, path);
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out.is_open()) {
-      const int err = errno;
-      fail("safetensors: cannot open '", tmp, "' for writing: ", std::strerror(err));
-    }
-    out.write(reinterpret_cast<const char*>(bytes.data()),
-              static_cast<std::streamsize>(bytes.size()));
-    out.flush();
-    if (!out.good()) {
-      out.close();
-      std::remove(tmp.c_str());
-      fail("safetensors: writing ", bytes.size(), " bytes to '", tmp, "' failed (disk full?)");
-    }
+  const auto bytes = serialize_as(f, path, true);
+  const auto failed = [&](const char* what) {
+    const int err = errno;
+    std::remove(tmp.c_str());
+    fail("safetensors: ", what, " ", bytes.size(), " bytes of '", path, "' to '", tmp, "' failed: ", std::strerror(err));
+  };
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    const int err = errno;
+    fail("safetensors: cannot open '", tmp, "' for writing: ", std::strerror(err));
   }
-  // std::rename replaces the target atomically on POSIX, so readers see the old or new file.
+  std::size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const int err = errno;
+      ::close(fd);
+      errno = err;
+      failed("writing");
+    }
+    done += static_cast<std::size_t>(n);
+  }
+  // On the disk before the rename: a crash must not leave `path` naming a file whose data never
+  // arrived.
+  if (::fsync(fd) != 0) {
+    const int err = errno;
+    ::close(fd);
+    errno = err;
+    failed("flushing");
+  }
+  if (::close(fd) != 0) failed("closing");
+  // rename replaces the target atomically on POSIX, so readers see the old or new file.
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {
     const int err = errno;
     std::remove(tmp.c_str());
     fail("safetensors: renaming '", tmp, "' to '", path, "' failed: ", std::strerror(err));
+  }
+  // The rename itself is durable once the folder is flushed.
+  const std::string folder = std::filesystem::path(path).has_parent_path()
+                                 ? std::filesystem::path(path).parent_path().string()
+                                 : std::string(".");
+  const int dir = ::open(folder.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir >= 0) {
+    ::fsync(dir);
+    ::close(dir);
   }
 }
 

@@ -107,10 +107,19 @@ struct Tensor {
   }
 };
 
+// The metadata key under which zerosync records CRC-32s: a JSON object of 8-hex-digit values, one
+// per tensor (by name) and one for the header ("__header__"). Written by serialize(); checked by
+// parse() when present.
+inline constexpr const char* kChecksumsKey = "zerosync.crc32";
+
 struct File {
   std::map<std::string, Tensor> tensors;
-  std::map<std::string, std::string> metadata;  // the optional "__metadata__" entry
+  std::map<std::string, std::string> metadata;  // the optional "__metadata__" entry (checksums aside)
   std::string source = "<memory>";              // the path read from; names the file in errors
+  // parse() found zerosync's checksums and every tensor matched its own. A reader that must not
+  // trust a file without them (checkpoints) calls require_checksums().
+  bool checksummed = false;
+  void require_checksums(const std::string& what) const;
 
   // Throws zs::Error "no tensor 'x' in 'FILE'; it holds: a, b, c".
   const Tensor& at(const std::string& name) const;
@@ -149,13 +158,16 @@ inline constexpr std::uint64_t kMaxHeaderBytes = 100'000'000;
 
 // Parses a whole safetensors image held in memory; `source` names it in errors.
 File parse(const std::vector<std::uint8_t>& image, const std::string& source = "<memory>");
-// The file's bytes: tensors sorted by name, contiguous, data buffer 8-byte aligned.
-std::vector<std::uint8_t> serialize(const File& f);
+// The file's bytes: tensors sorted by name, contiguous, data buffer 8-byte aligned; with
+// `checksums` (what write() does) the CRC-32 of the header and of each tensor in the metadata
+// (kChecksumsKey), which parse() then checks, along with the header being exactly this form.
+std::vector<std::uint8_t> serialize(const File& f, bool checksums = true);
 
 // Reads and validates a file; every malformed input throws zs::Error naming the file.
 File read(const std::string& path);
-// Writes path + ".tmp", then renames it over path, so a crash never leaves a half-written file
-// at path. Throws zs::Error (and removes the .tmp) if the tensors are inconsistent or I/O fails.
+// Writes path + ".tmp" and flushes it to the disk, renames it over path and flushes the folder,
+// so a crash or a kill at any instant leaves either the old file or the new one, whole. Throws
+// zs::Error (and removes the .tmp) if the tensors are inconsistent or I/O fails (a full disk).
 void write(const std::string& path, const File& f);
 
 }  // namespace zs::safetensors

@@ -219,6 +219,7 @@ void TrainLoop::load(const std::string& path) {
   require(std::filesystem::is_regular_file(path), "train checkpoint '", path, "' does not exist or is not a file; ",
           "expected a checkpoint written by zerosync train");
   const safetensors::File f = safetensors::read(path);
+  f.require_checksums("train checkpoint");
   const auto meta = [&](const char* key) {
     auto it = f.metadata.find(key);
     require(it != f.metadata.end(), "train checkpoint '", path, "': no '", key, "' in its metadata; expected a ",

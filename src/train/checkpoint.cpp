@@ -54,6 +54,7 @@ void Trainer::save_state(safetensors::File& f) const {
 
 void Trainer::load_state(const safetensors::File& f) {
   const std::string& path = f.source;
+  f.require_checksums("checkpoint");
   const auto meta = [&](const char* key) {
     auto it = f.metadata.find(key);
     require(it != f.metadata.end(), "checkpoint '", path, "': no '", key,
