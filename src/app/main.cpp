@@ -30,6 +30,7 @@ constexpr int kBadInput = 2;
 constexpr int kStopped = 3;
 constexpr int kBadCommandLine = 109;  // CLI11's code for extra arguments, documented since the first release
 constexpr int kInterrupted = 130;
+constexpr int kTerminated = 143;
 
 int run(int argc, char** argv) {
   // Kokkos takes its own --kokkos-* options out of argv before ours are parsed.
@@ -84,7 +85,8 @@ int run(int argc, char** argv) {
   if (seed_opt->count()) train_cmd.seed = zs::parse_seed(train_seed, "--seed");
   if (train->parsed()) {
     const zs::TrainSummary s = zs::run_train_command(train_cmd, std::cerr);
-    if (s.outcome == zs::TrainOutcome::interrupted) return kInterrupted;
+    // 128 + the signal, as a shell reports a program the signal ended: 130 for Ctrl-C, 143 for SIGTERM.
+    if (s.outcome == zs::TrainOutcome::interrupted) return s.signal == SIGTERM ? kTerminated : kInterrupted;
     return s.outcome == zs::TrainOutcome::guard_stopped || s.outcome == zs::TrainOutcome::q_stopped ? kStopped : kOk;
   }
   if (step->parsed()) {

@@ -25,17 +25,31 @@ namespace zs {
 namespace {
 
 std::atomic<bool> g_stop{false};
+std::atomic<int> g_signal{0};
 
-extern "C" void on_sigint(int) {
+// Ctrl-C (SIGINT) and a polite kill (SIGTERM, what schedulers and `kill` send) both ask the loop to
+// stop at the end of its iteration, save a checkpoint and report. A second signal of either kind
+// ends the program at once; the checkpoint on disk is then the previous one, whole (it is replaced
+// by one rename).
+extern "C" void on_stop_signal(int sig) {
+  g_signal.store(sig);
   g_stop.store(true);
-  std::signal(SIGINT, SIG_DFL);  // a second Ctrl-C ends the program at once
+  std::signal(SIGINT, SIG_DFL);
+  std::signal(SIGTERM, SIG_DFL);
 }
 
-// Installs the Ctrl-C handler for the run and restores the previous one afterwards.
-struct SigintScope {
-  void (*previous)(int);
-  SigintScope() : previous(std::signal(SIGINT, on_sigint)) { g_stop.store(false); }
-  ~SigintScope() { std::signal(SIGINT, previous); }
+// Installs the handlers for the run and restores the previous ones afterwards.
+struct StopSignalScope {
+  void (*previous_int)(int);
+  void (*previous_term)(int);
+  StopSignalScope() : previous_int(std::signal(SIGINT, on_stop_signal)), previous_term(std::signal(SIGTERM, on_stop_signal)) {
+    g_stop.store(false);
+    g_signal.store(0);
+  }
+  ~StopSignalScope() {
+    std::signal(SIGINT, previous_int);
+    std::signal(SIGTERM, previous_term);
+  }
 };
 
 std::string default_run_dir(const std::string& env) {
@@ -137,7 +151,7 @@ TrainSummary run_train_command(const TrainCommand& cmd, std::ostream& log) {
   s.run_dir = run.dir;
   s.checkpoint = run.checkpoint();
   s.best_eval = s.last_eval = std::nan("");
-  const SigintScope sigint;
+  const StopSignalScope sigint;
   ProgressBar bar(log, config.steps, progress_mode(cmd.quiet, &log == &std::cerr && isatty(STDERR_FILENO)));
   const auto t0 = std::chrono::steady_clock::now();
   const auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
@@ -183,7 +197,8 @@ TrainSummary run_train_command(const TrainCommand& cmd, std::ostream& log) {
     }
     if (g_stop.load()) {
       s.outcome = TrainOutcome::interrupted;
-      stop_message = "interrupted (Ctrl-C)";
+      s.signal = g_signal.load();
+      stop_message = s.signal == SIGTERM ? "terminated (SIGTERM)" : "interrupted (Ctrl-C)";
       break;
     }
     loop.iterate();

@@ -24,6 +24,7 @@ enum class TrainOutcome { finished, solved, interrupted, guard_stopped, q_stoppe
 
 struct TrainSummary {
   TrainOutcome outcome = TrainOutcome::finished;
+  int signal = 0;  // interrupted: the signal that asked for it (SIGINT or SIGTERM)
   std::string run_dir, plot, best_model, checkpoint;
   std::int64_t env_steps = 0, updates = 0;
   double wall_s = 0;
