@@ -103,11 +103,11 @@ void TrainLoop::iterate() {
   ++iterations_;
   if (env_steps() < config_.learning_starts || iterations_ % config_.train_every != 0) return;
   for (int u = 0; u < config_.updates; ++u) {
-    sample_graph_.run(stream, [this] { replay_->sample(trainer_->stream().exec(), trainer_->batch(), beta_); });
-    trainer_->step();
-    update_graph_.run(stream, [this] {
-      replay_->update_priorities(trainer_->stream().exec(), trainer_->loss().priorities, alpha_);
-    });
+    // Sampling, the step and the priority update as one graph launch.
+    trainer_->step_with([this] { replay_->sample(trainer_->stream().exec(), trainer_->batch(), beta_); },
+                        [this] {
+                          replay_->update_priorities(trainer_->stream().exec(), trainer_->loss().priorities, alpha_);
+                        });
     ++updates_;
   }
 }

@@ -100,7 +100,7 @@ class TrainLoop {
   RecordBox<kernels::LoopReportRecord> report_box_;
   RecordBox<kernels::EvalRecord> eval_box_;
   QMonitor qmon_;
-  Graph collect_graph_, sample_graph_, update_graph_, eval_graph_;
+  Graph collect_graph_, eval_graph_;
   std::int64_t iterations_ = 0, updates_ = 0, eval_rounds_ = 0, eval_seen_ = 0;
   std::deque<EvalResult> pending_eval_;  // arrived, not yet returned by poll_eval()
 };

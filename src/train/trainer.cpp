@@ -212,6 +212,22 @@ void Trainer::step() {
   ++steps_;
 }
 
+void Trainer::step_with(const std::function<void()>& before, const std::function<void()>& after) {
+  if (!options_.use_graph) {
+    before();
+    step_direct();
+    after();
+    return;
+  }
+  if (!graph_with_) graph_with_ = std::make_unique<Graph>();
+  graph_with_->run(stream_, [&] {
+    before();
+    enqueue_step();
+    after();
+  });
+  ++steps_;
+}
+
 std::vector<float> Trainer::read_tensor(const ParamBuffer& buf, const std::string& name) const {
   stream_.synchronize();
   return download_tensor(buf, layout_.tensor(name));

@@ -8,6 +8,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -84,6 +85,11 @@ class Trainer {
   void enqueue_phase(Phase p);
   // Enqueues the same step by direct launches, never the graph (for parity checks).
   void step_direct();
+  // One step with a caller's work right before and after it in the same graph (the training
+  // loop's batch sampling and priority update): one graph launch instead of three. The first
+  // call records before + step + after; every later call replays that recording, so `before` and
+  // `after` must enqueue the same work on stream() each time (their arguments are frozen too).
+  void step_with(const std::function<void()>& before, const std::function<void()>& after);
   std::int64_t steps_enqueued() const { return steps_; }
   bool graph_recorded() const { return graph_ && graph_->captured(); }
   std::size_t graph_nodes() const { return graph_ ? graph_->node_count() : 0; }
@@ -169,7 +175,7 @@ class Trainer {
   RecordBox<kernels::TermsRecord> term_record_;
   // The main network's forward: online on s and s′, target on s′, batched.
   std::unique_ptr<ForwardPlan> forward_plan_;
-  std::unique_ptr<Graph> graph_;
+  std::unique_ptr<Graph> graph_, graph_with_;
   std::int64_t steps_ = 0;
 };
 
