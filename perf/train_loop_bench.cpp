@@ -16,11 +16,11 @@ void BM_TrainIteration(benchmark::State& state) {
   const bool market = state.range(0) == 1;
   zs::TrainConfig c = zs::TrainConfig::defaults_for(market ? "market" : "cartpole");
   c.envs = static_cast<int>(state.range(1));
-  c.learning_starts = state.range(2) ? 0 : (std::int64_t{1} << 60);
+  c.learning_starts = state.range(2) ? 0 : (std::int64_t{1} << 50);
   c.replay_capacity = std::max(c.replay_capacity, 4 * c.envs * (c.network.n_step + 1));
   c.eval_every = 0;
   c.stop_when_solved = false;
-  c.steps = std::int64_t{1} << 60;
+  c.steps = std::int64_t{1} << 50;  // the config accepts at most 2^50
   zs::TrainLoop loop(c);
   // Enough transitions that a batch draws from a filled buffer.
   while (loop.env_steps() < 4 * c.batch_size) loop.iterate();

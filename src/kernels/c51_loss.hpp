@@ -4,6 +4,7 @@
 // project r + γⁿ(1 − done)·z, weighted by the target net's distribution at a*, onto the support;
 // cross-entropy against the online log-probabilities of the taken action.
 #pragma once
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -50,6 +51,36 @@ struct C51Loss {
     return b != b ? 0.f : b;
   }
 
+  int q_group = 1;  // device: actions whose Q terms a warp holds in scratch at once (c51_loss sets it)
+
+  // a* of one branch on a device warp, the same Q as acting (c51_q: double terms summed serially
+  // in atom order) without one lane doing every action's exps alone: the lanes form the terms of
+  // q_group actions into the warp's scratch, then one lane per action sums its row in order.
+  KOKKOS_INLINE_FUNCTION int device_a_star(const Member& team, double* terms, int i, int c0, int n) const {
+    const int B = static_cast<int>(rewards.extent(0)), atoms = sup.atoms;
+    const float dz = sup.delta();
+    std::uint64_t key = 0;
+    for (int a0 = 0; a0 < n; a0 += q_group) {
+      const int g = n - a0 < q_group ? n - a0 : q_group;
+      Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, g * atoms), [&](const int t) {
+        const int a = t / atoms, j = t % atoms;
+        terms[t] = c51_q_term(logp_online(B + i, c0 + a0 + a, j), j, sup.v_min, dz);
+      });
+      std::uint64_t chunk = 0;
+      Kokkos::parallel_reduce(
+          Kokkos::ThreadVectorRange(team, g),
+          [&](const int a, std::uint64_t& best_key) {
+            double s = 0.0;
+            for (int j = 0; j < atoms; ++j) s += terms[a * atoms + j];
+            const std::uint64_t k_a = greedy_key(static_cast<float>(s), a0 + a);
+            if (k_a > best_key) best_key = k_a;
+          },
+          Kokkos::Max<std::uint64_t>(chunk));
+      if (chunk > key) key = chunk;
+    }
+    return greedy_of(key);
+  }
+
   // One team per sample; a team thread per branch (a warp on CUDA), its vector lanes over atoms,
   // so every sum over atoms is a warp shuffle and the branches run side by side. Per-branch
   // results meet in team scratch and are added in branch order after one barrier: a fixed
@@ -66,19 +97,14 @@ struct C51Loss {
     float* const dq_of = static_cast<float*>(team.team_scratch(0).get_shmem(sizeof(float) * K * atoms));
     float* const source_of =
         host ? nullptr : static_cast<float*>(team.team_scratch(0).get_shmem(sizeof(float) * K * 2 * atoms));
+    double* const terms_of =
+        host ? nullptr
+             : static_cast<double*>(team.team_scratch(0).get_shmem_aligned(
+                   sizeof(double) * team.team_size() * q_group * atoms, alignof(double)));
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, K), [&](const int k) {
       const int c0 = table.cum(k), n = table.cum(k + 1) - c0;
-      // a*: each vector lane takes one action's Q (a serial sum over the atoms, as acting forms
-      // it), and the lanes keep the greatest greedy key.
-      std::uint64_t key = 0;
-      Kokkos::parallel_reduce(
-          Kokkos::ThreadVectorRange(team, n),
-          [&](const int a, std::uint64_t& best_key) {
-            const std::uint64_t k_a = greedy_key(c51_q(&logp_online(B + i, c0 + a, 0), atoms, sup.v_min, sup.delta()), a);
-            if (k_a > best_key) best_key = k_a;
-          },
-          Kokkos::Max<std::uint64_t>(key));
-      const int a_star = greedy_of(key);
+      const int a_star = host ? greedy_action([&](const int a) { return c51_q(&logp_online(B + i, c0 + a, 0), atoms, sup.v_min, sup.delta()); }, n)
+                              : device_a_star(team, terms_of + team.team_rank() * q_group * atoms, i, c0, n);
       // Categorical projection: p(⌈b⌉ − b) to ⌊b⌋ and p(b − ⌊b⌋) to ⌈b⌉, all of p when b is a
       // support point. The host scatters, in atom order. Lanes gather instead — target atom j
       // takes p_l·(1 − |b_l − j|) from every source atom within one atom of it — the same split
@@ -184,8 +210,15 @@ void c51_loss(const Exec& exec, const C51Loss<Exec>& f, const Kokkos::View<float
   // Scratch blocks: CE per branch, value-gradient rows per branch and, on a device, each branch's
   // source positions and probabilities; Kokkos aligns each block.
   const int sources = host ? 0 : 2 * K * f.sup.atoms;
-  policy.set_scratch_size(0, Kokkos::PerTeam(sizeof(float) * (K + K * f.sup.atoms + sources) + 192));
-  Kokkos::parallel_reduce("zs::c51_loss", policy, f, loss);
+  // a*'s Q terms: up to 4 actions' rows per warp, while the team's rows stay within 16 KiB.
+  const int warps = host ? 0 : (K < 32 ? K : 32);
+  int widest = 1;
+  for (int k = 0; k < K; ++k) widest = std::max(widest, f.table.size(k));
+  C51Loss<Exec> g = f;
+  g.q_group = host ? 1 : std::max(1, std::min({4, widest, 16384 / (warps * 8 * f.sup.atoms)}));
+  const std::size_t terms = sizeof(double) * static_cast<std::size_t>(warps * g.q_group * f.sup.atoms);
+  policy.set_scratch_size(0, Kokkos::PerTeam(sizeof(float) * (K + K * f.sup.atoms + sources) + terms + 256));
+  Kokkos::parallel_reduce("zs::c51_loss", policy, g, loss);
 }
 
 }  // namespace zs::kernels

@@ -51,6 +51,7 @@ struct CqlLoss {
         Kokkos::parallel_reduce(
             Kokkos::TeamThreadRange(team, atoms),
             [&](const int j, float& acc) { acc += ::expf(logp(i, c0 + a, j)) * z(j); }, qa);
+        team.team_barrier();  // the next reduction reuses the shared memory this one's result is read from
         q[a] = qa;
         if (a == 0 || qa > mx) mx = qa;
       }

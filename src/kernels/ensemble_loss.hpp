@@ -45,6 +45,9 @@ struct EnsembleLoss {
       Kokkos::parallel_reduce(
           Kokkos::TeamThreadRange(team, atoms),
           [&](const int j, float& acc) { acc -= projected(i, k, j) * logp(e, i, c0 + t, j); }, ce);
+      // Kokkos' team reduction leaves its result in shared memory, and the next one writes
+      // there: without the barrier a fast warp overwrites it before a slow one reads it.
+      team.team_barrier();
       Kokkos::parallel_reduce(
           Kokkos::TeamThreadRange(team, atoms), [&](const int j, float& acc) { acc += projected(i, k, j); }, msum);
       L += valid ? ce / static_cast<float>(K) : NAN;

@@ -77,6 +77,7 @@ struct QBatchStats {
           if (m < l) l = m;
         },
         Kokkos::Min<double>(lo));
+    team.team_barrier();  // a team reduction's result sits in shared memory the next one reuses
     Kokkos::parallel_reduce(
         Kokkos::TeamThreadRange(team, batch),
         [&](const int b, double& l) {
@@ -84,9 +85,11 @@ struct QBatchStats {
           if (m > l) l = m;
         },
         Kokkos::Max<double>(hi));
+    team.team_barrier();
     Kokkos::parallel_reduce(
         Kokkos::TeamThreadRange(team, batch),
         [&](const int b, double& l) { l += sample_max(b); }, Kokkos::Sum<double>(sum_max));
+    team.team_barrier();
     Kokkos::parallel_reduce(
         Kokkos::TeamThreadRange(team, batch),
         [&](const int b, double& l) {
@@ -124,6 +127,7 @@ struct QDivergence {
           if (v < l) l = v;
         },
         Kokkos::Min<double>(lo));
+    team.team_barrier();  // a team reduction's result sits in shared memory the next one reuses
     Kokkos::parallel_reduce(
         Kokkos::TeamThreadRange(team, actions),
         [&](const int a, double& l) {
@@ -131,9 +135,11 @@ struct QDivergence {
           if (v > l) l = v;
         },
         Kokkos::Max<double>(hi));
+    team.team_barrier();
     Kokkos::parallel_reduce(
         Kokkos::TeamThreadRange(team, actions), [&](const int a, double& l) { l += q(s, a); },
         Kokkos::Sum<double>(sum));
+    team.team_barrier();
     const double mean = sum / actions;
     Kokkos::parallel_reduce(
         Kokkos::TeamThreadRange(team, actions),
