@@ -7,6 +7,11 @@
 #   ZS_SANITIZERS="memcheck racecheck"   the tools to run (default: all four)
 #   ZS_SANITIZER_SHARDS=8                parallel shards of the suite
 #   ZS_SANITIZER_TIMEOUT=240             seconds per tool before it is stopped (reported as such)
+#   ZS_RACECHECK_FILTER=...              the GoogleTest filter racecheck runs (default: the suites
+#                                        whose kernels share team memory; racecheck is ~50× slower)
+#
+# memcheck runs with --report-api-errors no: the graph tests provoke CUDA API errors on purpose
+# (a fence inside a capture must fail), and their own assertions check those errors.
 set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 out="${OUT:-/tmp/zs-out}"
@@ -26,12 +31,17 @@ echo "| tool | tests run | errors | warnings | status |" > "$summary"
 echo "| --- | ---: | ---: | ---: | --- |" >> "$summary"
 for tool in $tools; do
   extra=""
-  [ "$tool" = racecheck ] && extra="--racecheck-report all"
+  filter="*"
+  [ "$tool" = memcheck ] && extra="--report-api-errors no"
+  if [ "$tool" = racecheck ]; then
+    extra="--racecheck-report all"
+    filter="${ZS_RACECHECK_FILTER:-C51Loss.*:C51Q.*:CQL.*:Ensemble.*:IQN.*:IqnKernels.*:GradNorm.*:GradClip.*:DenseBatch.*:SpectralNorm.*:QMonitor.*:Replay.*:SumTree.*:NStep.*:TrainLoopKernels.*:Acting.*:Actor.*:Adam.*:Guard.*:TargetUpdate.*:ToyTerm.*}"
+  fi
   t0=$(date +%s)
   for i in $(seq 0 $((shards - 1))); do
     GTEST_TOTAL_SHARDS=$shards GTEST_SHARD_INDEX=$i OMP_WAIT_POLICY=passive \
       timeout "$limit" "$sanitizer" --tool "$tool" $extra --print-limit 20 --error-exitcode 99 \
-      "$bin" --gtest_brief=1 > "$out/san-$tool-$i.log" 2>&1 &
+      "$bin" --gtest_brief=1 --gtest_filter="$filter" > "$out/san-$tool-$i.log" 2>&1 &
   done
   wait
   cat "$out"/san-"$tool"-*.log > "$out/san-$tool.log"
@@ -45,7 +55,7 @@ for tool in $tools; do
   status="$done_shards/$shards shards finished in $(( $(date +%s) - t0 )) s; $failed failed-test lines"
   echo "| $tool | $ran | $errors | $warnings | $status |" >> "$summary"
   # Keep the returned logs small: the first findings of each tool.
-  grep -B2 -A12 "^========= \(Invalid\|Error\|Race\|Warning\|Uninitialized\|Barrier\)" "$out/san-$tool.log" | head -200 \
+  grep -B2 -A12 "^========= \(Invalid\|Error\|Race\|Warning\|Uninitialized\|Barrier\|Program hit\)" "$out/san-$tool.log" | head -200 \
     > "$out/san-$tool-findings.txt"
   rm -f "$out/san-$tool.log"
 done
