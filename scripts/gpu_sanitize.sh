@@ -47,13 +47,18 @@ for tool in $tools; do
   cat "$out"/san-"$tool"-*.log > "$out/san-$tool.log"
   rm -f "$out"/san-"$tool"-*.log
   ran=$(grep -ho "^\[==========\] [0-9]* tests\? from" "$out/san-$tool.log" | awk '{s += $2} END {print s + 0}')
-  errors=$(grep -ho "ERROR SUMMARY: [0-9]* error" "$out/san-$tool.log" | awk '{s += $3} END {print s + 0}')
+  errors=$( { grep -ho "ERROR SUMMARY: [0-9]* error" "$out/san-$tool.log" | awk '{print $3}'
+              grep -ho "RACECHECK SUMMARY: [0-9]* hazards\? displayed ([0-9]* error" "$out/san-$tool.log" \
+                | sed -E 's/.*\(([0-9]*) error/\1/'; } | awk '{s += $1} END {print s + 0}')
   warnings=$(grep -ho "RACECHECK SUMMARY: [0-9]* hazards\? displayed ([0-9]* errors\?, [0-9]* warnings\?)" "$out/san-$tool.log" \
              | sed -E 's/.*, ([0-9]*) warnings?\)/\1/' | awk '{s += $1} END {print s + 0}')
-  done_shards=$(grep -c "ERROR SUMMARY" "$out/san-$tool.log")
+  done_shards=$(grep -c "ERROR SUMMARY\|RACECHECK SUMMARY" "$out/san-$tool.log")
   failed=$(grep -hc "FAILED TEST\|\[  FAILED  \]" "$out/san-$tool.log" | awk '{s += $1} END {print s + 0}')
   status="$done_shards/$shards shards finished in $(( $(date +%s) - t0 )) s; $failed failed-test lines"
   echo "| $tool | $ran | $errors | $warnings | $status |" >> "$summary"
+  # Every finding's kernel (the line after it names the first thread's kernel), counted.
+  grep -A1 "^========= \(Invalid\|Error\|Warning\|Uninitialized\|Barrier\|Program hit\)" "$out/san-$tool.log" \
+    | grep -o "zs::kernels::[A-Za-z_]*\|zs::[A-Za-z_:]*" | sort | uniq -c | sort -rn > "$out/san-$tool-kernels.txt"
   # Keep the returned logs small: the first findings of each tool.
   grep -B2 -A12 "^========= \(Invalid\|Error\|Race\|Warning\|Uninitialized\|Barrier\|Program hit\)" "$out/san-$tool.log" | head -200 \
     > "$out/san-$tool-findings.txt"

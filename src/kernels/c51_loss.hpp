@@ -76,6 +76,9 @@ struct C51Loss {
             if (k_a > best_key) best_key = k_a;
           },
           Kokkos::Max<std::uint64_t>(chunk));
+      // The next chunk overwrites the rows just read: the reduction's shuffles order the lanes,
+      // but only a warp barrier says so to racecheck (Kokkos' vector single ends with one).
+      Kokkos::single(Kokkos::PerThread(team), [] {});
       if (chunk > key) key = chunk;
     }
     return greedy_of(key);
