@@ -46,7 +46,7 @@ struct CountCall {
 class ToyPenalty final : public zs::LossTerm {
  public:
   ToyPenalty(const zs::StepContext& ctx, float budget)
-      : LossTerm("toy", budget, ctx.layout), ctx_(ctx), calls_("zs::toy::calls") {}
+      : LossTerm("toy", budget, ctx), ctx_(ctx), calls_("zs::toy::calls") {}
 
   void enqueue(const zs::ExecSpace& exec, const zs::Gemm&) override {
     const auto n = static_cast<std::int64_t>(ctx_.online.size());
