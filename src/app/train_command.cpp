@@ -221,8 +221,10 @@ TrainSummary run_train_command(const TrainCommand& cmd, std::ostream& leader_log
   };
 
   for (;;) {
-    const auto decision = control.due(loop.iterations()) ? control.decide(pending, g_stop.load())
-                                                          : std::optional<StopReason>();
+    // The last iteration is a control point too: a stop rank 0 has not shared yet (the guard's)
+    // must not end as "finished" with a checkpoint.
+    const auto decision = control.due(loop.iterations()) || loop.done() ? control.decide(pending, g_stop.load())
+                                                                         : std::optional<StopReason>();
     if (decision && decision->outcome != TrainOutcome::interrupted) {
       stop(*decision);
       break;

@@ -103,6 +103,8 @@ class Trainer {
   int ranks() const { return comm_ ? comm_->size() : 1; }
   // The step's all-reduce; nullptr when it has none (alone, without always_reduce).
   Communicator* communicator() const { return comm_.get(); }
+  // Every term's gradient and loss in one buffer: what the all-reduce averages.
+  const TermBuffers& term_buffers() const { return buffers_; }
 
   // The loss terms, C51 first, then the auxiliaries the config turned on (losses/registry.hpp).
   const std::vector<std::unique_ptr<LossTerm>>& terms() const { return terms_; }

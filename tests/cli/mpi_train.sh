@@ -6,6 +6,8 @@
 #           last checkpoint resumes
 #   hang    rank 1 stopped (SIGSTOP) mid-run: rank 0 names it within --peer-timeout plus the roll
 #           call, exits 4, and the last checkpoint resumes
+#   interrupt  SIGINT to rank 1 alone: every rank stops at the next control point, a checkpoint
+#           is saved, status 130, and it resumes
 set -u
 mode="$1" bin="$2" launcher="$3"
 dir="$(mktemp -d)"
@@ -44,7 +46,7 @@ if [ "$mode" = solve ]; then
   exit 0
 fi
 
-[ "$mode" = kill ] || [ "$mode" = hang ] || fail "unknown mode '$mode'"
+[ "$mode" = kill ] || [ "$mode" = hang ] || [ "$mode" = interrupt ] || fail "unknown mode '$mode'"
 cat > "$dir/config.json" <<'JSON'
 {"network": {"trunk": [32], "head_hidden": 16, "atoms": 11}, "envs": 4, "batch_size": 16,
  "learning_starts": 100, "replay": {"capacity": 2000}, "eval": {"every": 0, "stop_when_solved": false},
@@ -61,7 +63,11 @@ for p in $(pgrep -P "$launched"); do
 done
 [ -n "$rank1" ] || fail "rank 1's process not found among the launcher's children (this test needs Open MPI)"
 t0=$(now)
-if [ "$mode" = kill ]; then kill -KILL "$rank1"; done_to="killed"; else kill -STOP "$rank1"; done_to="stopped"; fi
+case "$mode" in
+  kill) kill -KILL "$rank1"; done_to="killed" ;;
+  hang) kill -STOP "$rank1"; done_to="stopped" ;;
+  interrupt) before=$(stat -c %Y.%y "$dir/run/checkpoint.safetensors"); kill -INT "$rank1"; done_to="interrupted" ;;
+esac
 for _ in $(seq 1 300); do kill -0 "$launched" 2>/dev/null || break; sleep 0.1; done
 if kill -0 "$launched" 2>/dev/null; then
   kill -CONT "$rank1" 2>/dev/null
@@ -74,14 +80,18 @@ took=$(seconds "$t0" "$(now)")
 kill -KILL "$rank1" 2>/dev/null  # a stopped process the launcher failed to end would linger
 cat "$dir/log"
 [ "$status" -ne 0 ] || fail "exit status 0 after losing rank 1"
-if [ "$mode" = kill ]; then
-  grep -q "process rank 1 .*exited on signal 9" "$dir/log" || fail "no message naming rank 1"
-else
-  [ "$status" -eq 4 ] || fail "exit status $status; expected 4"
-  grep -q "rank 1 did not answer a roll call" "$dir/log" || fail "no message naming rank 1"
-fi
+case "$mode" in
+  kill) grep -q "process rank 1 .*exited on signal 9" "$dir/log" || fail "no message naming rank 1" ;;
+  hang)
+    [ "$status" -eq 4 ] || fail "exit status $status; expected 4"
+    grep -q "rank 1 did not answer a roll call" "$dir/log" || fail "no message naming rank 1" ;;
+  interrupt)
+    [ "$status" -eq 130 ] || fail "exit status $status; expected 130"
+    grep -q "^zerosync train: interrupted (Ctrl-C on rank 1)" "$dir/log" || fail "no 'interrupted' summary"
+    [ "$(stat -c %Y.%y "$dir/run/checkpoint.safetensors")" != "$before" ] || fail "no checkpoint saved on the way out" ;;
+esac
 echo "the run ended $took s after rank 1 was $done_to (status $status)"
 saved=$(head -c 65536 "$dir/run/checkpoint.safetensors" | grep -ao '"loop.env_steps":"[0-9]*"' | grep -o '[0-9]*')
 [ -n "$saved" ] || fail "the checkpoint's metadata names no step count"
 resume_check "$dir/run" $((saved + 1000))
-echo "PASS: losing rank 1 ($mode) ended the run in $took s with a message naming it; the last checkpoint resumes"
+echo "PASS: rank 1 $done_to: the run ended in $took s with a message naming it; the last checkpoint resumes"
