@@ -93,8 +93,11 @@ void run_step_command(const StepCommand& cmd, std::ostream& leader_log) {
   const int share = batch.size / ranks;
   upload(tr.stream().exec(), c, ranks == 1 ? batch : batch_rows(batch, c, group.rank() * share, (group.rank() + 1) * share),
          tr.batch());
-  for (int s = 0; s < cmd.steps; ++s) tr.step();
-  tr.synchronize();
+  {
+    const ProcessGroup::Watch watch(group);  // every step's all-reduce reports progress
+    for (int s = 0; s < cmd.steps; ++s) tr.step();
+    tr.synchronize();
+  }
   if (ranks > 1) {
     ReplicaCheck replicas(tr, group, 1);
     replicas.enqueue();

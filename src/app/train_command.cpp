@@ -178,6 +178,9 @@ TrainSummary run_train_command(const TrainCommand& cmd, std::ostream& leader_log
   s.checkpoint = run.checkpoint();
   s.best_eval = s.last_eval = std::nan("");
   const SigintScope sigint;
+  // From here to the end every rank reports progress each iteration (a watchdog ends a rank
+  // blocked for --peer-timeout: scale-out.md).
+  const ProcessGroup::Watch watch(group);
   ProgressBar bar(log, config.steps, progress_mode(cmd.quiet || !leader, &log == &std::cerr && isatty(STDERR_FILENO)));
   const auto t0 = std::chrono::steady_clock::now();
   const auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };

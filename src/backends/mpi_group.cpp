@@ -160,6 +160,11 @@ class MpiGroup final : public ProcessGroup {
     watchdog_limit_s_.store(timeout_s());
   }
 
+  void watching(int delta) override {
+    alive();
+    watchers_ += delta;
+  }
+
   [[noreturn]] void abort(int status) override {
     std::fflush(stdout);
     std::fflush(stderr);
@@ -322,7 +327,7 @@ class MpiGroup final : public ProcessGroup {
           std::chrono::duration<double>(Clock::now().time_since_epoch() - Clock::duration(last_alive_ns_.load()))
               .count();
       const double limit = watchdog_limit_s_.load();
-      if (idle <= limit) continue;
+      if (watchers_.load() <= 0 || idle <= limit) continue;
       std::fprintf(stderr,
                    "zerosync: error: rank %d of %d: no progress for %.0f s (--peer-timeout %g s): this rank was "
                    "stopped, or is blocked outside a bounded wait (e.g. a device call waiting on a collective that a "
@@ -342,6 +347,7 @@ class MpiGroup final : public ProcessGroup {
   bool stopping_ = false;
   std::atomic<Clock::rep> last_alive_ns_{0};
   std::atomic<double> watchdog_limit_s_{kDefaultTimeout};
+  std::atomic<int> watchers_{0};
 };
 
 }  // namespace

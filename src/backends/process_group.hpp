@@ -7,8 +7,9 @@
 // Every collective is blocking and bounded: one that has not completed within timeout_s() ends
 // with a PeerFailure naming the ranks that did not answer a roll call, so a rank that died or
 // hangs never leaves the others waiting. A watchdog covers the waits outside these collectives
-// (a device call that waits on a collective a lost peer never joins): a rank that reports no
-// progress (alive()) for timeout_s() prints why and exits, which ends the whole run.
+// (a device call that waits on a collective a lost peer never joins): while a Watch lives, a
+// rank that reports no progress (alive()) for timeout_s() prints why and exits, which ends the
+// whole run.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -76,6 +77,19 @@ class ProcessGroup {
   virtual void all_sum(float* data, std::size_t n, const std::string& what) = 0;
   // Tells the watchdog that this rank is making progress.
   virtual void alive() {}
+
+  // While one lives (they nest), the watchdog ends this rank after timeout_s() without alive():
+  // around a loop that reports progress regularly and must keep step with the other ranks.
+  class Watch {
+   public:
+    explicit Watch(ProcessGroup& g) : g_(g) { g_.watching(+1); }
+    ~Watch() { g_.watching(-1); }
+    Watch(const Watch&) = delete;
+    Watch& operator=(const Watch&) = delete;
+
+   private:
+    ProcessGroup& g_;
+  };
   // Ends every rank of the run now with exit status `status`; for a failure that leaves ranks
   // unable to end together (a PeerFailure, an error on one rank only).
   [[noreturn]] virtual void abort(int status) = 0;
@@ -103,6 +117,8 @@ class ProcessGroup {
 
  protected:
   ProcessGroup(int rank, int size) : rank_(rank), size_(size) {}
+  // Watch's count of watchers changes by `delta`.
+  virtual void watching(int) {}
 
  private:
   // Every rank's failure message ("" for none) to every rank; throws SharedError when any is set.

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <iostream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -123,7 +124,13 @@ TEST(MpiGroup, RanksWaitingForEachOtherAreSlowNotLost) {
 TEST(MpiWatchdog, EndsARankBlockedOutsideABoundedWait) {
   // Run by itself: ctest expects the watchdog's message (the process ends with status 4).
   world().set_timeout(1.0);
-  world().alive();
+  {
+    // Unwatched, a rank may take its time.
+    world().alive();
+    std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+  }
+  std::cout << "rank " << world().rank() << ": 2.5 s unwatched without progress, still running" << std::endl;
+  const zs::ProcessGroup::Watch watch(world());
   std::this_thread::sleep_for(std::chrono::seconds(5));
   FAIL() << "the watchdog did not end this rank after 1 s without progress";
 }
