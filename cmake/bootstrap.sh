@@ -51,9 +51,12 @@ check_disk() {
 apt_packages=(build-essential cmake ninja-build pkg-config dpkg-dev ca-certificates xz-utils
               libgtest-dev libgmock-dev libbenchmark-dev libopenblas-dev
               nlohmann-json3-dev libcli11-dev libfmt-dev python3 gnuplot-nox
-              libbenchmark-tools python3-scipy zlib1g-dev)
+              libbenchmark-tools python3-scipy zlib1g-dev
+              libopenmpi-dev openmpi-bin)  # MPI: runs of several ranks (docs/scale-out.md)
 # libFuzzer ships with Debian's clang in libclang-rt-14-dev (clang 14 is bookworm's default).
 if [ "$do_fuzz" -eq 1 ]; then apt_packages+=(clang libclang-rt-14-dev); fi
+# pip fetches NCCL's wheel for the cuda backend when the CUDA toolkit has no NCCL (fetch_nccl).
+for b in "${backends[@]}"; do [ "$b" = cuda ] && apt_packages+=(python3-pip); done
 
 as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
 
@@ -185,5 +188,41 @@ build_backend() {
   step "Kokkos for '$b' installed at $prefix"
 }
 
+# ---------------------------------------------------------------- NCCL (cuda backend)
+# The GPUs' all-reduce. Used where it already is: the CUDA toolkit's (nccl.h beside
+# cuda_runtime.h), $NCCL_HOME, or a Python environment's nvidia-nccl-cu13 package (CMakeLists.txt
+# looks in the same places). Otherwise PyPI's nvidia-nccl-cu13 wheel, which ships
+# nvidia/nccl/include/nccl.h and nvidia/nccl/lib/libnccl.so.2 (no unversioned link), is unpacked
+# into $deps/nccl.
+nccl_version="2.28.9"
+fetch_nccl() {
+  local cuda_home="${CUDA_HOME:-/usr/local/cuda}"
+  if [ -f "$cuda_home/include/nccl.h" ] || { [ -n "${NCCL_HOME:-}" ] && [ -f "$NCCL_HOME/include/nccl.h" ]; }; then
+    step "NCCL: found beside CUDA or in \$NCCL_HOME"; return
+  fi
+  if python3 -c "import importlib.util as u, sys; sys.exit(0 if u.find_spec('nvidia.nccl') else 1)" 2>/dev/null; then
+    step "NCCL: found in Python's nvidia-nccl package"; return
+  fi
+  local dest="$deps/nccl"
+  if [ -f "$dest/.complete" ]; then step "NCCL $nccl_version: cached at $dest"; return; fi
+  check_disk 800
+  step "NCCL: downloading PyPI's nvidia-nccl-cu13 $nccl_version wheel (about 200 MB)"
+  mkdir -p "$deps/download"
+  python3 -m pip download --quiet --no-deps --only-binary=:all: --dest "$deps/download" \
+      "nvidia-nccl-cu13==$nccl_version" \
+    || die "could not download nvidia-nccl-cu13 $nccl_version with pip (no network, or no pip: apt-get install python3-pip)"
+  local wheel
+  wheel=$(ls "$deps/download"/nvidia_nccl_cu13-"$nccl_version"-*.whl 2>/dev/null | head -n1)
+  [ -n "$wheel" ] || die "pip reported success but no nvidia_nccl_cu13-$nccl_version wheel is in '$deps/download'"
+  rm -rf "$dest.tmp" && mkdir -p "$dest.tmp"
+  python3 -m zipfile -e "$wheel" "$dest.tmp" || die "unpacking '$wheel' failed (corrupt download? delete it and re-run)"
+  [ -f "$dest.tmp/nvidia/nccl/include/nccl.h" ] && [ -f "$dest.tmp/nvidia/nccl/lib/libnccl.so.2" ] \
+    || die "the wheel '$wheel' holds no nvidia/nccl/include/nccl.h and nvidia/nccl/lib/libnccl.so.2"
+  rm -rf "$dest" && mv "$dest.tmp" "$dest"
+  touch "$dest/.complete"
+  step "NCCL $nccl_version unpacked at $dest"
+}
+
 [ "$do_apt" -eq 1 ] && install_packages
 for b in "${backends[@]}"; do build_backend "$b"; done
+for b in "${backends[@]}"; do [ "$b" = cuda ] && fetch_nccl; done

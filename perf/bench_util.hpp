@@ -5,10 +5,14 @@
 #pragma once
 #include <benchmark/benchmark.h>
 
+#include "backends/process_group.hpp"
 #include "backends/profiler.hpp"
 #include "backends/timer.hpp"
 
 namespace zs::bench {
+
+// The ranks the benchmark program was launched as (bench_main.cpp): a group of one without MPI.
+ProcessGroup* group();
 
 template <class F>
 void time_on_stream(benchmark::State& state, Stream& stream, F&& enqueue, int batch = 100) {

@@ -82,4 +82,33 @@ void BM_StepAux(benchmark::State& state) {
 }
 BENCHMARK(BM_StepAux)->Arg(0)->Arg(1)->Arg(2)->Arg(4)->Arg(7)->UseManualTime()->Unit(benchmark::kMicrosecond);
 
+// The graph-replayed step at the reference config (B = 256 per rank) without (arg 1 = 0) and with
+// (1) the all-reduce of the terms' gradients and losses; arg 0 = 7: every auxiliary on. Alone,
+// the all-reduce runs over a group of one (NCCL with one rank on CUDA; nothing on the host);
+// under `mpiexec -n N zerosync_bench --benchmark_filter=BM_StepAllReduce` over the N ranks.
+// A fixed iteration count keeps the ranks' all-reduces in step.
+void BM_StepAllReduce(benchmark::State& state) {
+  const bool aux = state.range(0) != 0, reduce = state.range(1) != 0;
+  zs::Config c;
+  c.iqn.on = c.cql.on = aux;
+  c.ensemble.k = aux ? 2 : 0;
+  zs::TrainerOptions opt;
+  if (reduce) {
+    opt.group = zs::bench::group();
+    opt.always_reduce = true;
+  }
+  zs::Trainer t(c, opt);
+  fill_batch(t);
+  state.SetLabel(std::string(aux ? "all auxiliaries" : "plain") + (reduce ? ", all-reduce over " : ", alone") +
+                 (reduce ? std::to_string(t.ranks()) + " rank(s)" : std::string()));
+  zs::bench::time_on_stream(state, t.stream(), [&] { t.step(); }, 10);
+  state.counters["ranks"] = t.ranks();
+  state.counters["all_reduce_bytes"] = static_cast<double>(t.term_buffers().all().extent(0) * sizeof(float));
+}
+BENCHMARK(BM_StepAllReduce)
+    ->ArgsProduct({{0, 7}, {0, 1}})
+    ->Iterations(50)
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
+
 }  // namespace

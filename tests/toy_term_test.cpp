@@ -46,7 +46,7 @@ struct PenaltyLossAndCount {
 class ToyPenalty final : public zs::LossTerm {
  public:
   ToyPenalty(const zs::StepContext& ctx, float budget)
-      : LossTerm("toy", budget, ctx.layout),
+      : LossTerm("toy", budget, ctx),
         ctx_(ctx),
         calls_("zs::toy::calls"),
         param_norm_("zs::toy::param_norm"),

@@ -77,7 +77,7 @@ _TABLE = {
                "strerror strncpy",
     "cstdio": "printf fprintf snprintf sprintf puts fputs fputc fopen fclose fread fwrite "
               "fflush perror rename FILE",
-    "cstdlib": "getenv atoi atol atof strtol strtoll strtoul strtoull strtod strtof exit abort "
+    "cstdlib": "getenv atoi atol atof strtol strtoll strtoul strtoull strtod strtof exit _Exit abort "
                "malloc free system quick_exit",
     ("cmath", "cstdlib"): "abs",
     "cmath": "sqrt exp exp2 expm1 log log2 log10 log1p pow fabs floor ceil round lround llround "

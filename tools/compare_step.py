@@ -13,12 +13,23 @@ for a case that differs, the samples and branches whose a* changed.
 
   python3 tools/compare_step.py --old /tmp/old/zerosync --new build/openmp/bin/zerosync
 
-Needs only the Python standard library. Exit status 0 when every compared tensor is identical.
+With --ranks N the new program runs as N ranks (`--mpirun`, default "mpirun", then -n N), each
+on its share of the batch, and --rtol R compares float tensors within a relative tolerance
+instead of bit for bit (max |old - new| <= R * max |old| per tensor or guard field): a run of N
+ranks averages N batch means, one process takes one mean over the whole batch, and the two round
+differently. Cases whose batch does not split evenly into N are skipped.
+
+  python3 tools/compare_step.py --old build/openmp/bin/zerosync --new build/openmp/bin/zerosync \
+      --ranks 2 --mpirun "mpirun --oversubscribe" --rtol 1e-5
+
+Needs only the Python standard library. Exit status 0 when every compared tensor is identical
+(within the tolerance, with --rtol).
 """
 import argparse
 import json
 import os
 import random
+import shlex
 import struct
 import subprocess
 import sys
@@ -92,12 +103,28 @@ CASES = [
 ]
 
 
-def run(binary, work, tag, steps):
+def run(binary, work, tag, steps, launcher=()):
     out = os.path.join(work, "out-%s.safetensors" % tag)
-    subprocess.run([binary, "step", "--config", os.path.join(work, "config.json"), "--batch",
-                    os.path.join(work, "batch.safetensors"), "--steps", str(steps), "--out", out],
+    subprocess.run(list(launcher) + [binary, "step", "--config", os.path.join(work, "config.json"), "--batch",
+                                     os.path.join(work, "batch.safetensors"), "--steps", str(steps), "--out", out],
                    check=True, stdout=subprocess.DEVNULL)
     return read_safetensors(out)
+
+
+def same(a, b, dtype, rtol):
+    """Equal bytes; or, with rtol, float values within rtol of the larger magnitude in a."""
+    if a == b:
+        return True
+    if rtol is None or dtype not in ("F32", "F64"):
+        return False
+    fmt, size = DTYPES[dtype]
+    x = struct.unpack("<%d%s" % (len(a) // size, fmt), a)
+    y = struct.unpack("<%d%s" % (len(b) // size, fmt), b)
+    if len(x) != len(y):
+        return False
+    scale = max((abs(v) for v in x), default=0.0)
+    worst = max((abs(u - v) for u, v in zip(x, y)), default=0.0)
+    return worst == worst and worst <= rtol * scale
 
 
 def fields(t, meta, name):
@@ -123,7 +150,11 @@ def main():
     p.add_argument("--allow-missing", action="append", default=[],
                    help="a tensor name that may exist in one output only (a deliberate format change)")
     p.add_argument("--explain-ties", action="store_true")
+    p.add_argument("--ranks", type=int, default=1, help="run the new program as this many MPI ranks")
+    p.add_argument("--mpirun", default="mpirun", help="the MPI launcher and its options (with --ranks)")
+    p.add_argument("--rtol", type=float, default=None, help="compare floats within this relative tolerance")
     args = p.parse_args()
+    launcher = shlex.split(args.mpirun) + ["-n", str(args.ranks)] if args.ranks > 1 else []
     rng = random.Random(args.seed)
     failures = 0
     for name, cfg, B, steps in CASES:
@@ -132,9 +163,12 @@ def main():
             with open(os.path.join(work, "config.json"), "w") as f:
                 json.dump(cfg, f)
             write_safetensors(os.path.join(work, "batch.safetensors"), random_batch(rng, cfg, B))
+            if B % args.ranks:
+                print("%-10s B=%-3d: skipped (does not split into %d ranks)" % (name, B, args.ranks))
+                continue
             old, old_meta = run(args.old, work, "old", steps)
-            new, new_meta = run(args.new, work, "new", steps)
-            differ, only, same = [], [], 0
+            new, new_meta = run(args.new, work, "new", steps, launcher)
+            differ, only, agree = [], [], 0
             for t in sorted(set(old) | set(new)):
                 if t not in old or t not in new:
                     if t not in args.allow_missing:
@@ -147,14 +181,16 @@ def main():
                         if f not in fo or f not in fn:
                             if f not in args.allow_missing:
                                 only.append(f + (" (old only)" if f in fo else " (new only)"))
-                        elif fo[f] != fn[f]:
+                        elif not same(fo[f], fn[f], old[t][0], args.rtol):
                             differ.append(f)
-                elif old[t] != new[t]:
+                elif old[t][:2] != new[t][:2] or not same(old[t][2], new[t][2], old[t][0], args.rtol):
                     differ.append(t)
-                same += len(differ) + len(only) == before
-            status = "identical" if not differ and not only else "DIFFERENT"
-            print("%-10s B=%-3d steps=%d: %d tensors identical, %d differ%s — %s" % (
-                name, B, steps, same, len(differ), (", %d in one output only" % len(only)) if only else "", status))
+                agree += len(differ) + len(only) == before
+            word = "identical" if args.rtol is None else "within rtol %g" % args.rtol
+            status = word if not differ and not only else "DIFFERENT"
+            print("%-10s B=%-3d steps=%d: %d tensors %s, %d differ%s — %s" % (
+                name, B, steps, agree, word, len(differ), (", %d in one output only" % len(only)) if only else "",
+                status))
             for t in differ[:20]:
                 print("    differs:", t)
             for t in only:
@@ -162,7 +198,8 @@ def main():
             if differ and args.explain_ties and "priorities" in old and "priorities" in new:
                 print("    samples whose priority changed:", explain_ties(old, new))
             failures += bool(differ or only)
-    print("compare_step: %s" % ("all identical" if failures == 0 else "%d case(s) differ" % failures))
+    word = "all identical" if args.rtol is None else "all within rtol %g" % args.rtol
+    print("compare_step: %s" % (word if failures == 0 else "%d case(s) differ" % failures))
     return 1 if failures else 0
 
 

@@ -2,7 +2,10 @@
 // and runs the self-check, so a fresh build can be trusted in one command.
 //
 // It never ends by a signal or an abort: every failure is a message on stderr and one of the
-// exit statuses in docs/cli.md.
+// exit statuses in docs/cli.md. Started by an MPI launcher (`mpirun -np N zerosync train …`), it
+// is one rank of a data-parallel run (docs/scale-out.md): an error every rank agreed on ends
+// every rank with its status; a lost rank, or an error on one rank alone, ends the whole run
+// through MPI (no rank is left waiting).
 #include <CLI/CLI.hpp>
 #include <csignal>
 #include <cstdint>
@@ -19,6 +22,7 @@
 #include "app/step_command.hpp"
 #include "app/train_command.hpp"
 #include "backends/backend.hpp"
+#include "backends/process_group.hpp"
 #include "core/error.hpp"
 #include "core/seed.hpp"
 
@@ -28,11 +32,12 @@ constexpr int kOk = 0;
 constexpr int kSelfCheckFailed = 1;
 constexpr int kBadInput = 2;
 constexpr int kStopped = 3;
+constexpr int kPeerFailure = zs::ProcessGroup::kPeerFailureStatus;  // 4
 constexpr int kBadCommandLine = 109;  // CLI11's code for extra arguments, documented since the first release
 constexpr int kInterrupted = 130;
 constexpr int kTerminated = 143;
 
-int run(int argc, char** argv) {
+int run(int argc, char** argv, zs::ProcessGroup& group) {
   // Kokkos takes its own --kokkos-* options out of argv before ours are parsed.
   // Kokkos warns on every start when OMP_PROC_BIND is unset; binding stays the user's choice.
   setenv("OMP_PROC_BIND", "false", 0);
@@ -51,6 +56,10 @@ int run(int argc, char** argv) {
   step->add_option("--params", step_cmd.params_path, "initial parameters in PyTorch nn.Linear naming (default: init from seed)");
   step->add_option("--steps", step_cmd.steps, "steps on the batch")->check(CLI::Range(1, 100000000));
   step->add_option("--out", step_cmd.out_path, "results (safetensors)")->required();
+  double peer_timeout = zs::ProcessGroup::kDefaultTimeout;
+  const auto peer_timeout_help = "under mpirun: seconds a rank may wait for the others before the run stops, naming "
+                                 "the ranks that did not answer (default 120)";
+  auto* step_timeout = step->add_option("--peer-timeout", peer_timeout, peer_timeout_help)->check(CLI::Range(1e-3, 1e6));
   zs::TrainCommand train_cmd;
   std::int64_t train_steps = 0;
   int train_envs = 0;
@@ -72,6 +81,7 @@ int run(int argc, char** argv) {
   train->add_option("--out", train_cmd.out, "run directory (default runs/<env>-<date>-<time>)");
   train->add_flag("--resume", train_cmd.resume, "continue the run in --out from its checkpoint");
   train->add_flag("--quiet", train_cmd.quiet, "no progress output (the start line, errors and the summary stay)");
+  auto* train_timeout = train->add_option("--peer-timeout", peer_timeout, peer_timeout_help)->check(CLI::Range(1e-3, 1e6));
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -83,6 +93,8 @@ int run(int argc, char** argv) {
   if (steps_opt->count()) train_cmd.steps = train_steps;
   if (envs_opt->count()) train_cmd.envs = train_envs;
   if (seed_opt->count()) train_cmd.seed = zs::parse_seed(train_seed, "--seed");
+  if (step_timeout->count() || train_timeout->count()) group.set_timeout(peer_timeout);
+  train_cmd.group = step_cmd.group = &group;
   if (train->parsed()) {
     const zs::TrainSummary s = zs::run_train_command(train_cmd, std::cerr);
     // 128 + the signal, as a shell reports a program the signal ended: 130 for Ctrl-C, 143 for SIGTERM.
@@ -109,6 +121,23 @@ int report(const char* what) {
   return kBadInput;
 }
 
+// An error on this rank. Alone, or when every rank raised it (a SharedError, printed by rank 0),
+// the ranks end together with `status`; otherwise the others may be waiting for this one (or
+// this one for a lost one), so the whole run ends here.
+int fail_rank(zs::ProcessGroup& group, const char* what, int status, bool shared) {
+  if (group.size() == 1) {
+    report(what);
+    return status;
+  }
+  if (shared) {
+    if (group.rank() == 0) report(what);
+    return status;
+  }
+  std::cerr << "zerosync: error: rank " << group.rank() << " of " << group.size() << ": " << what << std::endl;
+  group.abort(status);
+  return status;  // abort() ends the process; a virtual call's [[noreturn]] is not seen here
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -117,21 +146,34 @@ int main(int argc, char** argv) {
   // which is reported below like any other error.
   std::signal(SIGPIPE, SIG_IGN);
   std::signal(SIGXFSZ, SIG_IGN);
-  int status = kBadInput;
+  // Before Kokkos: MPI starts first and ends last. Destroying the group ends MPI.
+  std::unique_ptr<zs::ProcessGroup> group;
   try {
-    status = run(argc, argv);
-  } catch (const zs::Error& e) {
-    return report(e.what());
-  } catch (const std::bad_alloc&) {
-    return report("out of memory: a buffer could not be allocated; expected sizes (config widths, batch size, "
-                  "replay capacity) that fit in this machine's memory");
+    group = zs::ProcessGroup::launch(argc, argv);
   } catch (const std::exception& e) {
     return report(e.what());
+  }
+  int status = kBadInput;
+  try {
+    status = run(argc, argv, *group);
+  } catch (const zs::PeerFailure& e) {
+    return fail_rank(*group, e.what(), kPeerFailure, false);
+  } catch (const zs::SharedError& e) {
+    return fail_rank(*group, e.what(), kBadInput, true);
+  } catch (const zs::Error& e) {
+    return fail_rank(*group, e.what(), kBadInput, false);
+  } catch (const std::bad_alloc&) {
+    return fail_rank(*group,
+                     "out of memory: a buffer could not be allocated; expected sizes (config widths, batch size, "
+                     "replay capacity) that fit in this machine's memory",
+                     kBadInput, false);
+  } catch (const std::exception& e) {
+    return fail_rank(*group, e.what(), kBadInput, false);
   } catch (...) {
-    return report("failed with an exception of unknown type");
+    return fail_rank(*group, "failed with an exception of unknown type", kBadInput, false);
   }
   // Output that never arrived (a full disk, a closed pipe) is a failure, not a success.
   std::cout.flush();
-  if (!std::cout) return report("writing to standard output failed (closed pipe or full disk?)");
+  if (!std::cout) return fail_rank(*group, "writing to standard output failed (closed pipe or full disk?)", kBadInput, false);
   return status;
 }

@@ -4,7 +4,9 @@
 #include <nlohmann/json.hpp>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <set>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -12,6 +14,7 @@
 #include "core/file_kind.hpp"
 #include "core/host_batch.hpp"
 #include "core/safetensors.hpp"
+#include "train/replica_check.hpp"
 #include "train/trainer.hpp"
 
 namespace zs {
@@ -42,30 +45,65 @@ void load_params(Trainer& tr, const std::string& path) {
   }
 }
 
+// Every rank's `mine`, concatenated in rank order, on rank 0 (alone: `mine`).
+std::vector<float> gather_floats(ProcessGroup& group, const std::vector<float>& mine, const std::string& what) {
+  if (group.size() == 1) return mine;
+  std::vector<std::uint8_t> bytes(mine.size() * sizeof(float));
+  if (!bytes.empty()) std::memcpy(bytes.data(), mine.data(), bytes.size());
+  std::vector<float> all;
+  for (const auto& part : group.gather(bytes, what)) {
+    const std::size_t at = all.size();
+    all.resize(at + part.size() / sizeof(float));
+    if (!part.empty()) std::memcpy(all.data() + at, part.data(), part.size());
+  }
+  return all;
+}
+
 }  // namespace
 
-void run_step_command(const StepCommand& cmd, std::ostream& log) {
+void run_step_command(const StepCommand& cmd, std::ostream& leader_log) {
+  ProcessGroup& group = cmd.group ? *cmd.group : ProcessGroup::solo();
+  const int ranks = group.size();
+  std::ostream silent(nullptr);
+  std::ostream& log = group.rank() == 0 ? leader_log : silent;
   require(cmd.steps >= 1, "step: --steps = ", cmd.steps, "; expected at least 1");
-  // Before any work: a refused output found after minutes of steps would waste them.
-  require_output_file(cmd.out_path, "step --out");
-  require_input_file(cmd.config_path, "step --config");
-  require_input_file(cmd.batch_path, "step --batch");
-  if (!cmd.params_path.empty()) require_input_file(cmd.params_path, "step --params");
-  const Config c =
-      explained("step: reading the config '" + cmd.config_path + "'", [&] { return Config::from_file(cmd.config_path); });
-  const HostBatch batch =
-      explained("step: reading the batch '" + cmd.batch_path + "'", [&] { return read_batch(cmd.batch_path, c); });
-  TrainerOptions opt;
-  opt.batch_size = batch.size;
-  const auto trainer = explained("step: building the network and its buffers for a batch of " +
-                                     std::to_string(batch.size) + " samples",
-                                 [&] { return std::make_unique<Trainer>(c, opt); });
+  Config c;
+  HostBatch batch;
+  std::unique_ptr<Trainer> trainer;
+  group.agree("step: reading the inputs", [&] {
+    // Before any work: a refused output found after minutes of steps would waste them.
+    if (group.rank() == 0) require_output_file(cmd.out_path, "step --out");
+    require_input_file(cmd.config_path, "step --config");
+    require_input_file(cmd.batch_path, "step --batch");
+    if (!cmd.params_path.empty()) require_input_file(cmd.params_path, "step --params");
+    c = explained("step: reading the config '" + cmd.config_path + "'", [&] { return Config::from_file(cmd.config_path); });
+    batch = explained("step: reading the batch '" + cmd.batch_path + "'", [&] { return read_batch(cmd.batch_path, c); });
+    require(batch.size % ranks == 0, "step: --batch holds ", batch.size, " samples; with ", ranks,
+            " ranks expected a multiple of ", ranks, " (each rank trains on an equal share)");
+    TrainerOptions opt;
+    opt.batch_size = batch.size / ranks;
+    opt.group = &group;
+    trainer = explained("step: building the network and its buffers for a batch of " +
+                            std::to_string(opt.batch_size) + " samples",
+                        [&] { return std::make_unique<Trainer>(c, opt); });
+    if (!cmd.params_path.empty())
+      explained("step: reading the parameters '" + cmd.params_path + "'", [&] { load_params(*trainer, cmd.params_path); });
+  });
   Trainer& tr = *trainer;
-  if (!cmd.params_path.empty())
-    explained("step: reading the parameters '" + cmd.params_path + "'", [&] { load_params(tr, cmd.params_path); });
-  upload(tr.stream().exec(), c, batch, tr.batch());
-  for (int s = 0; s < cmd.steps; ++s) tr.step();
-  tr.synchronize();
+  const int share = batch.size / ranks;
+  upload(tr.stream().exec(), c, ranks == 1 ? batch : batch_rows(batch, c, group.rank() * share, (group.rank() + 1) * share),
+         tr.batch());
+  {
+    const ProcessGroup::Watch watch(group);  // every step's all-reduce reports progress
+    for (int s = 0; s < cmd.steps; ++s) tr.step();
+    tr.synchronize();
+  }
+  if (ranks > 1) {
+    ReplicaCheck replicas(tr, group, 1);
+    replicas.enqueue();
+    tr.synchronize();
+    replicas.compare();
+  }
 
   const auto status = tr.metrics();
   require(status.has_value(), "step: no guard record arrived after synchronising; this is a bug");
@@ -73,7 +111,9 @@ void run_step_command(const StepCommand& cmd, std::ostream& log) {
   Kokkos::deep_copy(loss, tr.loss().loss);
   double grad_norm = 0;
   Kokkos::deep_copy(grad_norm, tr.grad_norm());
-  auto prio = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), tr.loss().priorities);
+  auto prio_view = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), tr.loss().priorities);
+  const std::vector<float> prio =
+      gather_floats(group, std::vector<float>(prio_view.data(), prio_view.data() + prio_view.size()), "step: the priorities");
 
   safetensors::File out;
   out.metadata["config"] = c.to_json().dump();
@@ -91,8 +131,7 @@ void run_step_command(const StepCommand& cmd, std::ostream& log) {
   }
   out.metadata["guard_fields"] = guard_fields;
   out.tensors["loss"] = safetensors::Tensor::from<float>({1}, {loss});
-  out.tensors["priorities"] =
-      safetensors::Tensor::from<float>({batch.size}, std::vector<float>(prio.data(), prio.data() + prio.size()));
+  if (group.rank() == 0) out.tensors["priorities"] = safetensors::Tensor::from<float>({batch.size}, prio);
   out.tensors["grad_norm"] = safetensors::Tensor::from<float>({1}, {static_cast<float>(grad_norm)});
   out.tensors["guard"] = safetensors::Tensor::from<float>({static_cast<std::int64_t>(guard_values.size())}, guard_values);
   for (const auto& t : tr.layout().tensors()) {
@@ -118,13 +157,17 @@ void run_step_command(const StepCommand& cmd, std::ostream& log) {
     out.tensors[prefix + "grad_norm"] = safetensors::Tensor::from<float>({1}, {static_cast<float>(n)});
     for (const auto& [name, values] : term.sample_outputs()) {
       auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), values);
-      out.tensors[prefix + name] = safetensors::Tensor::from<float>(
-          {static_cast<std::int64_t>(h.size())}, std::vector<float>(h.data(), h.data() + h.size()));
+      const auto all = gather_floats(group, std::vector<float>(h.data(), h.data() + h.size()), "step: " + prefix + name);
+      if (group.rank() == 0)
+        out.tensors[prefix + name] = safetensors::Tensor::from<float>({static_cast<std::int64_t>(all.size())}, all);
     }
   }
-  safetensors::write(cmd.out_path, out);
-  log << "step: " << cmd.steps << " step(s) on " << batch.size << " samples (" << (tr.graph_recorded() ? "graph" : "direct")
-      << "): loss " << loss << ", grad norm " << grad_norm << ", guard "
+  group.agree("step: writing the output", [&] {
+    if (group.rank() == 0) safetensors::write(cmd.out_path, out);
+  });
+  log << "step: " << cmd.steps << " step(s) on " << batch.size << " samples"
+      << (ranks > 1 ? str(" (", ranks, " ranks of ", share, ")") : std::string()) << " ("
+      << (tr.graph_recorded() ? "graph" : "direct") << "): loss " << loss << ", grad norm " << grad_norm << ", guard "
       << (status->skipped() ? "TRIPPED (update skipped)" : "ok") << "; wrote " << cmd.out_path << "\n";
 }
 

@@ -12,10 +12,14 @@
 #include <iomanip>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <sstream>
+#include <string>
+#include <vector>
 
 #include "app/explain.hpp"
 #include "app/progress.hpp"
+#include "app/rank_control.hpp"
 #include "app/run_dir.hpp"
 #include "core/file_kind.hpp"
 #include "rl/train_loop.hpp"
@@ -105,54 +109,93 @@ std::string rate(double per_s) { return compact(per_s) + "/s"; }
 
 void request_train_stop() { g_stop.store(true); }
 
-TrainSummary run_train_command(const TrainCommand& cmd, std::ostream& log) {
+TrainSummary run_train_command(const TrainCommand& cmd, std::ostream& leader_log) {
+  // With several ranks, rank 0 alone prints and writes the run directory (which may exist on its
+  // machine only); every step that can fail there is agreed on, so all ranks stop together.
+  ProcessGroup& group = cmd.group ? *cmd.group : ProcessGroup::solo();
+  const bool leader = group.rank() == 0;
+  std::ostream silent(nullptr);
+  std::ostream& log = leader ? leader_log : silent;
   RunPaths run{cmd.out};
-  if (run.dir.empty()) {
-    require(!cmd.resume, "train --resume: expected --out RUN_DIR, the directory of the run to continue");
-    run.dir = default_run_dir(cmd.env.empty() ? "cartpole" : cmd.env);
+  TrainConfig config;
+  group.agree("train: preparing the run", [&] {
+    if (!leader) return;
+    if (run.dir.empty()) {
+      require(!cmd.resume, "train --resume: expected --out RUN_DIR, the directory of the run to continue");
+      run.dir = default_run_dir(cmd.env.empty() ? "cartpole" : cmd.env);
+    }
+    check_run_dir(run, cmd.resume);
+    config = resolve_config(cmd, run);
+    create_run_dir(run);
+  });
+  if (group.size() > 1) {
+    // Every rank trains with rank 0's config, the same bits (the file was read there alone).
+    const std::string text = text_from_bytes(group.broadcast(to_bytes(config.to_json().dump()), "sharing the config"));
+    config = TrainConfig::from_json(parse_json(text, "the config rank 0 shared"));
   }
-  check_run_dir(run, cmd.resume);
-  const TrainConfig config = resolve_config(cmd, run);
-  create_run_dir(run);
 
-  const auto built = explained("train: building the environments, replay and network",
-                               [&] { return std::make_unique<TrainLoop>(config); });
+  std::unique_ptr<TrainLoop> built;
+  group.agree("train: building", [&] {
+    built = explained("train: building the environments, replay and network",
+                      [&] { return std::make_unique<TrainLoop>(config, &group); });
+  });
   TrainLoop& loop = *built;
   const auto save_checkpoint = [&] {
     explained("train: saving the checkpoint to '" + run.checkpoint() + "'", [&] { loop.save(run.checkpoint()); });
   };
   std::int64_t start_steps = 0;
   if (cmd.resume) {
-    require(!file_kind(run.checkpoint()).empty(), "train --resume: no checkpoint '",
-            run.checkpoint(), "'; expected one written by an earlier run (at checkpoint_every, Ctrl-C or the end)");
+    group.agree("train --resume: finding the checkpoint", [&] {
+      require(!leader || !file_kind(run.checkpoint()).empty(), "train --resume: no checkpoint '", run.checkpoint(),
+              "'; expected one written by an earlier run (at checkpoint_every, Ctrl-C or the end)");
+    });
     explained("train --resume: loading the checkpoint '" + run.checkpoint() + "'",
               [&] { loop.load(run.checkpoint()); });
     start_steps = loop.env_steps();
-    CsvLog::truncate_after(run.metrics(), start_steps);
-    CsvLog::truncate_after(run.evals(), start_steps);
+    group.agree("train --resume: trimming the logs", [&] {
+      if (!leader) return;
+      CsvLog::truncate_after(run.metrics(), start_steps);
+      CsvLog::truncate_after(run.evals(), start_steps);
+    });
     log << "resuming " << run.dir << " at " << start_steps << " environment steps\n";
   } else {
-    std::ofstream out(run.config());
-    out << std::setw(2) << config.to_json() << '\n';
-    out.flush();
-    require(out.good(), "train: cannot write '", run.config(), "' (disk full or file-size limit?)");
+    group.agree("train: writing the config", [&] {
+      if (!leader) return;
+      std::ofstream out(run.config());
+      out << std::setw(2) << config.to_json() << '\n';
+      out.flush();
+      require(out.good(), "train: cannot write '", run.config(), "' (disk full or file-size limit?)");
+    });
   }
   // A new run starts its logs anew: check_run_dir found no file of an older one to continue.
   const CsvLog::Mode mode = cmd.resume ? CsvLog::Mode::append : CsvLog::Mode::fresh;
-  CsvLog metrics(run.metrics(), {"env_steps", "wall_s", "updates", "episodes", "recent_return", "loss", "grad_norm",
-                                 "epsilon", "beta", "replay", "guard"}, mode);
-  CsvLog evals(run.evals(), {"env_steps", "round", "episodes", "mean", "min", "max", "wall_s"}, mode);
+  std::optional<CsvLog> metrics, evals;
+  group.agree("train: opening the logs", [&] {
+    if (!leader) return;
+    metrics.emplace(run.metrics(), std::vector<std::string>{"env_steps", "wall_s", "updates", "episodes",
+                                                            "recent_return", "loss", "grad_norm", "epsilon", "beta",
+                                                            "replay", "guard"},
+                    mode);
+    evals.emplace(run.evals(), std::vector<std::string>{"env_steps", "round", "episodes", "mean", "min", "max", "wall_s"},
+                  mode);
+  });
 
   log << "zerosync train: env " << config.env << ", " << config.envs << " envs, " << config.steps
       << " environment steps, batch " << config.batch_size << ", network " << loop.trainer().layout().size()
       << " floats; run directory " << run.dir << "\n";
+  if (group.size() > 1)
+    log << "  " << group.size() << " ranks, each with its own " << config.envs << " envs, replay and batch of "
+        << config.batch_size << " (seeds " << config.seed << " + rank); gradients averaged every step\n";
 
   TrainSummary s;
   s.run_dir = run.dir;
   s.checkpoint = run.checkpoint();
   s.best_eval = s.last_eval = std::nan("");
-  const StopSignalScope sigint;
-  ProgressBar bar(log, config.steps, progress_mode(cmd.quiet, &log == &std::cerr && isatty(STDERR_FILENO)));
+  const StopSignalScope stop_signals;
+  // From here to the end every rank reports progress each iteration (a watchdog ends a rank
+  // blocked for --peer-timeout: scale-out.md).
+  const ProcessGroup::Watch watch(group);
+  ProgressBar bar(log, config.steps, progress_mode(cmd.quiet || !leader, &log == &std::cerr && isatty(STDERR_FILENO)));
   const auto t0 = std::chrono::steady_clock::now();
   const auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
   const auto next_multiple = [&](std::int64_t every) { return every > 0 ? (start_steps / every + 1) * every : -1; };
@@ -160,12 +203,14 @@ TrainSummary run_train_command(const TrainCommand& cmd, std::ostream& log) {
   double next_report = 0, last_rate_t = 0;
   std::int64_t last_rate_steps = start_steps, last_logged_steps = -1;
   double steps_per_s = 0;
-  bool stopping = false;
   std::string stop_message;
   bool healthy = true;
+  // Rank 0's reason to stop, until the ranks act on it together (RankControl).
+  std::optional<StopReason> pending;
+  RankControl control(group, loop.replica_check(), loop.trainer().communicator());
 
   const auto handle_eval = [&](const EvalResult& e) {
-    evals.row({std::to_string(e.env_steps), std::to_string(e.round), fmt_num(e.episodes), fmt_num(e.mean),
+    evals->row({std::to_string(e.env_steps), std::to_string(e.round), fmt_num(e.episodes), fmt_num(e.mean),
                fmt_num(e.min), fmt_num(e.max), fmt_num(elapsed(), 4)});
     s.last_eval = e.mean;
     std::ostringstream os;
@@ -179,37 +224,50 @@ TrainSummary run_train_command(const TrainCommand& cmd, std::ostream& log) {
       os << " — best so far, saved";
     }
     bar.message(os.str());
-    if (config.stop_when_solved && e.mean >= config.solve_return && !stopping) {
-      stopping = true;
-      s.outcome = TrainOutcome::solved;
+    if (config.stop_when_solved && e.mean >= config.solve_return && !pending) {
       std::ostringstream m;
       m << "solved: evaluation mean return " << fmt_num(e.mean, 5) << " >= " << config.solve_return << " over "
         << e.episodes << " episodes at " << e.env_steps << " environment steps";
-      stop_message = m.str();
+      pending = StopReason{TrainOutcome::solved, m.str(), true};
     }
   };
+  const auto stop = [&](const StopReason& r) {
+    s.outcome = r.outcome;
+    stop_message = r.message;
+    healthy = r.healthy;
+  };
 
-  while (!stopping) {
+  for (;;) {
+    // The last iteration is a control point too: a stop rank 0 has not shared yet (the guard's)
+    // must not end as "finished" with a checkpoint.
+    const auto decision = control.due(loop.iterations()) || loop.done() ? control.decide(pending, g_stop.load())
+                                                                         : std::optional<StopReason>();
+    if (decision && decision->outcome != TrainOutcome::interrupted) {
+      stop(*decision);
+      break;
+    }
     if (loop.done()) {
       s.outcome = TrainOutcome::finished;
       stop_message = "finished the " + std::to_string(config.steps) + " environment steps";
       break;
     }
-    if (g_stop.load()) {
-      s.outcome = TrainOutcome::interrupted;
-      s.signal = g_signal.load();
-      stop_message = s.signal == SIGTERM ? "terminated (SIGTERM)" : "interrupted (Ctrl-C)";
+    if (decision) {
+      stop(*decision);
+      // The signal this rank received (another rank's Ctrl-C reads as SIGINT here).
+      s.signal = g_signal.load() != 0 ? g_signal.load() : SIGINT;
+      if (control.alone() && s.signal == SIGTERM) stop_message = "terminated (SIGTERM)";
       break;
     }
     loop.iterate();
     const std::int64_t steps = loop.env_steps();
-    if (next_eval > 0 && steps >= next_eval) {
+    if (leader && next_eval > 0 && steps >= next_eval) {
       loop.enqueue_eval();
       next_eval += config.eval_every;
     }
-    while (auto e = loop.poll_eval()) handle_eval(*e);
+    if (leader)
+      while (auto e = loop.poll_eval()) handle_eval(*e);
     const double now = elapsed();
-    if (now >= next_report || loop.done()) {
+    if (leader && (now >= next_report || loop.done())) {
       next_report = now + 0.25;
       loop.enqueue_report();
       const LoopReport r = loop.report();
@@ -220,7 +278,7 @@ TrainSummary run_train_command(const TrainCommand& cmd, std::ostream& log) {
       }
       if (r.has_record && r.reported_env_steps != last_logged_steps) {
         last_logged_steps = r.reported_env_steps;
-        metrics.row({std::to_string(r.reported_env_steps), fmt_num(now, 4), std::to_string(r.updates),
+        metrics->row({std::to_string(r.reported_env_steps), fmt_num(now, 4), std::to_string(r.updates),
                      fmt_num(r.episodes), fmt_num(r.recent_return, 5), r.guard ? fmt_num(r.guard->raw_loss) : "nan",
                      r.guard ? fmt_num(r.guard->raw_grad_norm) : "nan", fmt_num(r.epsilon, 4), fmt_num(r.beta, 4),
                      fmt_num(r.sampleable, 10), guard_word(r.guard)});
@@ -231,27 +289,34 @@ TrainSummary run_train_command(const TrainCommand& cmd, std::ostream& log) {
          << compact(s.last_eval) << " | loss " << (r.guard ? compact(r.guard->raw_loss) : "-") << " | eps "
          << fmt_num(r.epsilon, 2) << " | guard " << guard_word(r.guard);
       bar.update(steps, st.str());
-      if (r.guard && r.guard->halt()) {
-        s.outcome = TrainOutcome::guard_stopped;
-        healthy = false;
+      if (r.guard && r.guard->halt() && !(pending && !pending->healthy)) {
         std::ostringstream m;
         m << "stopped by the training guard at step " << r.guard->step << " ("
           << (r.guard->halt_nan ? "NaN/Inf in the loss or gradient"
                                 : r.guard->halt_loss_clip ? "loss above guard.loss_clip" : "gradient norm collapsed")
           << ", loss " << r.guard->raw_loss << ", grad norm " << r.guard->raw_grad_norm << ")";
-        stop_message = m.str();
-        break;
+        pending = StopReason{TrainOutcome::guard_stopped, m.str(), false};
+      } else if (!(pending && !pending->healthy)) {
+        try {
+          loop.poll_q();
+        } catch (const Error& e) {
+          pending = StopReason{TrainOutcome::q_stopped, std::string("stopped by the Q-value monitor: ") + e.what(), false};
+        }
       }
-      try {
-        loop.poll_q();
-      } catch (const Error& e) {
-        s.outcome = TrainOutcome::q_stopped;
-        healthy = false;
-        stop_message = std::string("stopped by the Q-value monitor: ") + e.what();
+      // Alone, a halt stops at once; ranks stop together at the next control point.
+      if (control.alone() && pending && !pending->healthy) {
+        stop(*pending);
         break;
       }
     }
     if (next_ckpt > 0 && steps >= next_ckpt) {
+      // The ranks agree first: a checkpoint is only written while every rank goes on.
+      if (!control.alone()) {
+        if (const auto d = control.decide(pending, g_stop.load())) {
+          stop(*d);
+          break;
+        }
+      }
       save_checkpoint();
       next_ckpt += config.checkpoint_every;
     }
@@ -259,15 +324,23 @@ TrainSummary run_train_command(const TrainCommand& cmd, std::ostream& log) {
   bar.finish();
   // Evaluations still in flight belong to the record of this run.
   loop.synchronize();
-  while (auto e = loop.poll_eval()) handle_eval(*e);
+  if (leader)
+    while (auto e = loop.poll_eval()) handle_eval(*e);
+  if (ReplicaCheck* replicas = loop.replica_check()) {
+    // The ranks' parameters after the last step, compared once more before they are saved.
+    replicas->enqueue();
+    loop.synchronize();
+    replicas->compare();
+  }
 
   if (healthy) save_checkpoint();
   s.env_steps = loop.env_steps();
   s.updates = loop.updates();
   s.wall_s = elapsed();
-  const std::string plot_error = draw_learning_curve(run, "zerosync train " + config.env + " (seed " +
-                                                              std::to_string(config.seed) + ")",
-                                                     config.env == "cartpole" ? config.solve_return : 0.0);
+  const std::string plot_error =
+      leader ? draw_learning_curve(run, "zerosync train " + config.env + " (seed " + std::to_string(config.seed) + ")",
+                                   config.env == "cartpole" ? config.solve_return : 0.0)
+             : std::string("rank 0 draws it");
   s.plot = plot_error.empty() ? run.plot() : "";
   s.message = stop_message;
 

@@ -7,6 +7,8 @@
 #include <ostream>
 #include <string>
 
+#include "backends/process_group.hpp"
+
 namespace zs {
 
 struct TrainCommand {
@@ -18,6 +20,9 @@ struct TrainCommand {
   std::string out;          // run directory; "" → runs/<env>-<date>-<time>
   bool resume = false;      // continue the run in `out` from its checkpoint
   bool quiet = false;       // no progress output at all (the start line, errors and the summary still print)
+  // The ranks of the run (mpirun); nullptr: this process alone. Rank 0 alone prints, evaluates
+  // and writes the run directory; every rank trains on its own environments and replay.
+  ProcessGroup* group = nullptr;
 };
 
 enum class TrainOutcome { finished, solved, interrupted, guard_stopped, q_stopped };
@@ -33,7 +38,9 @@ struct TrainSummary {
   std::string message;     // why it stopped, in words
 };
 
-// Runs the command; progress goes to `log`. Throws zs::Error on bad input.
+// Runs the command; progress goes to `log` (rank 0's; the other ranks print nothing). Throws
+// zs::Error on bad input (a SharedError on every rank at once when the ranks agree on it), and a
+// PeerFailure when a rank is lost or the ranks' parameters differ.
 TrainSummary run_train_command(const TrainCommand& cmd, std::ostream& log);
 
 // Set by the SIGINT handler; the loop saves a checkpoint and stops at the next iteration.

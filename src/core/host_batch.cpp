@@ -1,8 +1,10 @@
 #include "core/host_batch.hpp"
 
+#include <cstddef>
 #include <cstdint>
 #include <limits>
 #include <set>
+#include <type_traits>
 
 namespace zs {
 
@@ -32,5 +34,24 @@ HostBatch batch_from(const safetensors::File& f, const Config& c) {
 }
 
 HostBatch read_batch(const std::string& path, const Config& c) { return batch_from(safetensors::read(path), c); }
+
+HostBatch batch_rows(const HostBatch& b, const Config& c, int begin, int end) {
+  require(0 <= begin && begin < end && end <= b.size, "batch_rows: samples [", begin, ", ", end, ") of ", b.size,
+          "; expected a non-empty range within the batch");
+  const auto rows = [&](const auto& v, std::size_t width) {
+    using V = std::decay_t<decltype(v)>;
+    return V(v.begin() + static_cast<std::ptrdiff_t>(begin * width), v.begin() + static_cast<std::ptrdiff_t>(end * width));
+  };
+  const std::size_t S = static_cast<std::size_t>(c.state_dim), K = c.branches.size();
+  HostBatch r;
+  r.size = end - begin;
+  r.states = rows(b.states, S);
+  r.next_states = rows(b.next_states, S);
+  r.actions = rows(b.actions, K);
+  r.rewards = rows(b.rewards, 1);
+  r.dones = rows(b.dones, 1);
+  r.weights = rows(b.weights, 1);
+  return r;
+}
 
 }  // namespace zs

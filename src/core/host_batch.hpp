@@ -26,4 +26,8 @@ HostBatch batch_from(const safetensors::File& f, const Config& c);
 // batch_from(safetensors::read(path), c).
 HostBatch read_batch(const std::string& path, const Config& c);
 
+// Samples [begin, end) of `b` (one rank's share of a batch). Throws zs::Error unless
+// 0 <= begin < end <= b.size.
+HostBatch batch_rows(const HostBatch& b, const Config& c, int begin, int end);
+
 }  // namespace zs

@@ -26,6 +26,8 @@ KOKKOS_INLINE_FUNCTION float iqn_tau(std::uint64_t seed, std::uint64_t stream, s
 }
 
 // Rows [0, R) are the online side, [R, 2R) the target side. Reads the call counter from the device.
+// Row r draws as global row first_row + r, so that the ranks of a data-parallel run, each with
+// its slice of the global batch, draw what one process with the whole batch would.
 template <class Exec>
 struct IqnSample {
   using MS = typename Exec::memory_space;
@@ -34,11 +36,12 @@ struct IqnSample {
   Kokkos::View<float**, Kokkos::LayoutRight, MS> cosines;    // [2R, E]: cos(π·e·τ)
   std::uint64_t seed;
   int rows;  // R = B·N
+  std::uint64_t first_row = 0;
 
   KOKKOS_INLINE_FUNCTION void operator()(const int r) const {
     const bool target = r >= rows;
     const float t = iqn_tau(seed, target ? kIqnTargetStream : kIqnOnlineStream, counter(),
-                            static_cast<std::uint64_t>(target ? r - rows : r));
+                            first_row + static_cast<std::uint64_t>(target ? r - rows : r));
     tau(r) = t;
     const int E = static_cast<int>(cosines.extent(1));
     for (int e = 0; e < E; ++e) cosines(r, e) = ::cosf(3.14159265358979f * static_cast<float>(e) * t);
@@ -57,13 +60,13 @@ template <class Exec>
 void iqn_sample(const Exec& exec, const Kokkos::View<std::uint64_t, typename Exec::memory_space>& counter,
                 const Kokkos::View<float*, typename Exec::memory_space>& tau,
                 const Kokkos::View<float**, Kokkos::LayoutRight, typename Exec::memory_space>& cosines,
-                std::uint64_t seed, int rows) {
+                std::uint64_t seed, int rows, std::uint64_t first_row = 0) {
   require(rows >= 1 && tau.extent(0) == 2 * static_cast<std::size_t>(rows) && cosines.extent(0) == tau.extent(0) &&
               cosines.extent(1) >= 1,
           "iqn_sample: ", rows, " rows per side, tau [", tau.extent(0), "], cosines [", cosines.extent(0), ", ",
           cosines.extent(1), "]; expected rows >= 1, tau [2·rows] and cosines [2·rows, >= 1]");
   Kokkos::parallel_for("zs::iqn_sample", Kokkos::RangePolicy<Exec>(exec, 0, 2 * rows),
-                       IqnSample<Exec>{counter, tau, cosines, seed, rows});
+                       IqnSample<Exec>{counter, tau, cosines, seed, rows, first_row});
   Kokkos::parallel_for("zs::iqn_advance", Kokkos::RangePolicy<Exec>(exec, 0, 1), IqnAdvance<Exec>{counter});
 }
 

@@ -6,14 +6,16 @@
 
 namespace zs {
 
-C51Outputs::C51Outputs(const Config& c, int B)
-    : loss("zs::loss"),
+C51Outputs::C51Outputs(const Config& c, int B, DeviceScalar<float> loss_slot)
+    : loss(loss_slot.data() ? loss_slot : DeviceScalar<float>("zs::loss")),
       priorities("zs::loss::priorities", B),
       projected("zs::loss::projected", B, c.branches.size(), c.atoms),
       best("zs::loss::best", B, c.branches.size()) {}
 
 C51Term::C51Term(const StepContext& ctx, float budget)
-    : LossTerm("c51", budget, ctx.layout, ctx.c51.loss), ctx_(ctx), g_(ctx.config, ctx.batch.size) {
+    : LossTerm("c51", budget, ctx), ctx_(ctx), g_(ctx.config, ctx.batch.size) {
+  require(loss().data() == ctx.c51.loss.data(), "C51Term: its loss slot is not the C51 outputs' loss; expected the ",
+          "trainer to give the C51 outputs slot 0's loss and to make the C51 term first");
   backward_ = std::make_unique<BackwardPlan>(ctx.net, ctx.online, ctx.batch.states(), ctx.online_acts, g_, grad());
 }
 

@@ -9,7 +9,7 @@
 namespace zs {
 
 EnsembleTerm::EnsembleTerm(const StepContext& ctx, float budget)
-    : LossTerm("ensemble", budget, ctx.layout),
+    : LossTerm("ensemble", budget, ctx),
       ctx_(ctx),
       g_(ctx.config, ctx.batch.size),
       logp_("zs::ensemble::logp", ctx.config.ensemble.k, ctx.batch.size, ctx.config.total_actions(), ctx.config.atoms),

@@ -21,7 +21,7 @@ constexpr const char* kCounterTensor = "iqn.counter";
 }  // namespace
 
 IqnTerm::IqnTerm(const StepContext& ctx, float budget)
-    : LossTerm("iqn", budget, ctx.layout),
+    : LossTerm("iqn", budget, ctx),
       ctx_(ctx),
       B_(ctx.batch.size),
       N_(ctx.config.iqn.n_tau),
@@ -95,7 +95,7 @@ void IqnTerm::enqueue(const ExecSpace& exec, const Gemm& gemm) {
   const DeviceBatch& batch = ctx_.batch;
   const ParamBuffer &online_params = ctx_.online, &target_params = ctx_.target;
   const int R = B_ * N_, T = static_cast<int>(c.trunk.size());
-  kernels::iqn_sample(exec, counter_, tau_, cos_, seed_, R);
+  kernels::iqn_sample(exec, counter_, tau_, cos_, seed_, R, static_cast<std::uint64_t>(ctx_.first_sample) * N_);
   const ConstMatrixView cos_online(cos_.data(), R, E_);
   const ConstMatrixView features(ctx_.online_acts.trunk[T - 1].data(), B_, F_);
   const ConstMatrixView next_features(ctx_.target_acts.trunk[T - 1].data(), B_, F_);

@@ -4,6 +4,7 @@
 // its terms: their gradient norms come from one launch, each gradient is clipped to its share and
 // the clipped gradients are summed in one pass, and the metrics record lists every term.
 #pragma once
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <utility>
@@ -12,6 +13,7 @@
 #include "backends/gemm.hpp"
 #include "core/config.hpp"
 #include "core/safetensors.hpp"
+#include "losses/term_buffers.hpp"
 #include "nn/batch.hpp"
 #include "nn/network.hpp"
 #include "nn/param_buffer.hpp"
@@ -24,7 +26,8 @@ struct C51Outputs {
   Kokkos::View<float*, MemSpace> priorities;                             // [B] per-sample loss L_i
   Kokkos::View<float***, Kokkos::LayoutRight, MemSpace> projected;       // [B, K, atoms] target m
   Kokkos::View<int**, Kokkos::LayoutRight, MemSpace> best;               // [B, K] double-DQN a*
-  C51Outputs(const Config& c, int batch_size);
+  // `loss`: where the loss goes (the C51 term's slot of the step's TermBuffers); allocated when empty.
+  C51Outputs(const Config& c, int batch_size, DeviceScalar<float> loss = {});
 };
 
 // Everything a term reads, made once by the trainer before its terms. Every buffer named here
@@ -39,12 +42,16 @@ struct StepContext {
   const Activations& online_acts;  // the online net on s, then s′ (2B rows)
   const Activations& target_acts;  // the target net on s′ (B rows)
   C51Outputs& c51;                 // written by the C51 term, which runs first; read by the others
+  TermBuffers& buffers;            // every term's gradient and loss, in one buffer (one all-reduce)
+  // This rank's first sample in the run's global batch (rank × B; 0 alone): a term that draws
+  // per sample draws for its global index, so N ranks of B draw what one process of N·B would.
+  std::int64_t first_sample = 0;
 };
 
 class LossTerm {
  public:
-  // `loss` is the device scalar the term writes its loss to (allocated when empty).
-  LossTerm(std::string name, float budget, const ParamLayout& layout, DeviceScalar<float> loss = {});
+  // The term's gradient buffer and loss scalar are the next slot of ctx.buffers.
+  LossTerm(const std::string& name, float budget, const StepContext& ctx);
   virtual ~LossTerm() = default;
   LossTerm(const LossTerm&) = delete;
   LossTerm& operator=(const LossTerm&) = delete;
@@ -76,6 +83,8 @@ class LossTerm {
   virtual void reset() {}
 
  private:
+  LossTerm(const std::string& name, float budget, TermBuffers::Slot slot);
+
   std::string name_;
   float budget_;
   ParamBuffer grad_;

@@ -18,7 +18,12 @@ class ParamBuffer {
   using Vector = Kokkos::View<float*, MemSpace, Kokkos::MemoryUnmanaged>;
 
   ParamBuffer(const ParamLayout& layout, const std::string& label)
-      : flat_(label, layout.size()) {  // Kokkos zero-fills: padding starts and stays zero
+      : ParamBuffer(layout, DeviceFloats(label, layout.size())) {}  // Kokkos zero-fills: padding starts and stays zero
+  // A buffer over memory someone else allocated (a slice of a larger View, which it keeps alive):
+  // exactly layout.size() floats.
+  ParamBuffer(const ParamLayout& layout, const DeviceFloats& storage) : flat_(storage) {
+    require(flat_.extent(0) == layout.size(), "ParamBuffer: storage of ", flat_.extent(0), " floats; expected ",
+            layout.size(), ", the layout's size");
     for (const auto& l : layout.layers()) {
       weights_.emplace_back(flat_.data() + l.weight_offset, l.out, l.in);
       biases_.emplace_back(flat_.data() + l.bias_offset, l.out);

@@ -1,6 +1,10 @@
 #include "rl/train_loop.hpp"
 
+#include <cstddef>
+#include <cstdint>
 #include <filesystem>
+#include <utility>
+#include <vector>
 
 #include "kernels/loop_schedules.hpp"
 #include "backends/host_copy.hpp"
@@ -11,6 +15,22 @@ namespace zs {
 namespace {
 
 constexpr const char* kLoopFormat = "zerosync-train-checkpoint-2";
+// The tensors of the loop's own state; everything else in a checkpoint is the trainer's.
+constexpr const char* kLoopPrefixes[] = {"loop.", "actor.", "eval_actor.", "env.", "eval_env.", "replay."};
+// Rank r's loop state, in a checkpoint of several ranks: rank.<r>.<tensor>.
+constexpr const char* kRankPrefix = "rank.";
+
+bool is_loop_tensor(const std::string& name) {
+  for (const char* p : kLoopPrefixes)
+    if (name.rfind(p, 0) == 0) return true;
+  return false;
+}
+
+// Each rank's own environments, exploration and replay draws: the run's seed plus the rank, so
+// rank 0 draws exactly what a run of one process would.
+std::uint64_t rank_seed(const TrainConfig& tc, const ProcessGroup& g) {
+  return tc.seed + static_cast<std::uint64_t>(g.rank());
+}
 
 Config network_for(const TrainConfig& tc, const VecEnv& env) {
   Config c = tc.network;
@@ -20,15 +40,16 @@ Config network_for(const TrainConfig& tc, const VecEnv& env) {
   return c;
 }
 
-TrainerOptions trainer_options(const TrainConfig& tc) {
+TrainerOptions trainer_options(const TrainConfig& tc, ProcessGroup* group) {
   TrainerOptions o;
   o.batch_size = tc.batch_size;
   o.guard = tc.guard;
   o.use_graph = true;
+  o.group = group;
   return o;
 }
 
-ReplayConfig replay_config(const TrainConfig& tc) {
+ReplayConfig replay_config(const TrainConfig& tc, std::uint64_t seed) {
   ReplayConfig rc;
   rc.capacity = tc.replay_capacity;
   rc.n_step = tc.network.n_step;
@@ -36,7 +57,7 @@ ReplayConfig replay_config(const TrainConfig& tc) {
   rc.prioritized = tc.prioritized;
   rc.alpha = tc.alpha.start;  // the constant the schedule's device value falls back to
   rc.priority_eps = tc.priority_eps;
-  rc.seed = tc.seed ^ 0x5A3B1E5EEDull;
+  rc.seed = seed ^ 0x5A3B1E5EEDull;
   return rc;
 }
 
@@ -52,18 +73,21 @@ nlohmann::json without_steps(const TrainConfig& c) {
 
 }  // namespace
 
-TrainLoop::TrainLoop(const TrainConfig& config)
+TrainLoop::TrainLoop(const TrainConfig& config, ProcessGroup* group)
     : config_((config.validate(), config)),
+      group_(group ? group : &ProcessGroup::solo()),
       report_box_("zs::loop::report"),
       eval_box_("zs::loop::eval") {
-  env_ = make_env(config_.env, config_.envs, config_.seed, config_.env_params);
+  const std::uint64_t seed = rank_seed(config_, *group_);
+  env_ = make_env(config_.env, config_.envs, seed, config_.env_params);
   eval_env_ = make_env(config_.env, config_.eval_episodes, config_.seed ^ 0xE7A1E7A1E7A1ull, config_.env_params);
-  const Config net = network_for(config_, *env_);
-  trainer_ = std::make_unique<Trainer>(net, trainer_options(config_));
-  replay_ = std::make_unique<Replay>(replay_config(config_), config_.envs, env_->obs_dim(),
+  const Config net = network_for(config_, *env_);  // the run's seed: every rank starts from the same parameters
+  trainer_ = std::make_unique<Trainer>(net, trainer_options(config_, group_));
+  replay_ = std::make_unique<Replay>(replay_config(config_, seed), config_.envs, env_->obs_dim(),
                                      static_cast<int>(env_->branches().size()));
   actor_ = std::make_unique<Actor>(net, trainer_->layout(), trainer_->stream(), config_.envs,
-                                   kernels::ActingRng{config_.seed, 1});
+                                   kernels::ActingRng{seed, 1});
+  if (group_->size() > 1) replica_ = std::make_unique<ReplicaCheck>(*trainer_, *group_, kReplicaCheckEvery);
   eval_actor_ = std::make_unique<Actor>(net, trainer_->layout(), trainer_->stream(), config_.eval_episodes,
                                         kernels::ActingRng{config_.seed, 2});
   eval_params_ = std::make_unique<ParamBuffer>(trainer_->layout(), "zs::eval_params");
@@ -99,6 +123,7 @@ void TrainLoop::enqueue_collect() {
 
 void TrainLoop::iterate() {
   Stream& stream = trainer_->stream();
+  group_->alive();
   collect_graph_.run(stream, [this] { enqueue_collect(); });
   ++iterations_;
   if (env_steps() < config_.learning_starts || iterations_ % config_.train_every != 0) return;
@@ -108,6 +133,7 @@ void TrainLoop::iterate() {
                         [this] {
                           replay_->update_priorities(trainer_->stream().exec(), trainer_->loss().priorities, alpha_);
                         });
+    if (replica_) replica_->after_step();
     ++updates_;
   }
 }
@@ -195,12 +221,7 @@ LoopReport TrainLoop::report() const {
   return r;
 }
 
-void TrainLoop::save(const std::string& path) const {
-  safetensors::File f;
-  trainer_->save_state(f);  // synchronises the stream
-  f.metadata["loop.format"] = kLoopFormat;
-  f.metadata["loop.config"] = without_steps(config_).dump();
-  f.metadata["loop.env_steps"] = std::to_string(env_steps());
+void TrainLoop::save_loop_state(safetensors::File& f) const {
   f.tensors["loop.counters"] = safetensors::Tensor::from<std::int64_t>({1}, download<std::int64_t>(counters_));
   f.tensors["loop.host"] = safetensors::Tensor::from<std::int64_t>(
       {4}, {iterations_, updates_, eval_rounds_, trainer_->steps_enqueued()});
@@ -210,16 +231,76 @@ void TrainLoop::save(const std::string& path) const {
   env_->save_state(f, "env.");
   eval_env_->save_state(f, "eval_env.");
   replay_->save_state(f, "replay.");
+}
+
+void TrainLoop::save(const std::string& path) const {
+  safetensors::File f;
+  const int rank = group_->rank(), ranks = group_->size();
+  // The trainer's state is the same on every rank (the all-reduce keeps it so): rank 0's is saved.
+  if (rank == 0) trainer_->save_state(f);  // synchronises the stream
+  else trainer_->synchronize();
+  save_loop_state(f);
+  if (ranks > 1) {
+    const auto parts = group_->gather(rank == 0 ? std::vector<std::uint8_t>{} : safetensors::serialize(f),
+                                      "gathering every rank's loop state for the checkpoint");
+    if (rank == 0) {
+      for (int r = 1; r < ranks; ++r)
+        for (auto& [name, t] : safetensors::parse(parts[r], str("rank ", r, "'s loop state")).tensors)
+          f.tensors[str(kRankPrefix, r, ".", name)] = std::move(t);
+      f.metadata["loop.ranks"] = std::to_string(ranks);
+    }
+  }
+  f.metadata["loop.format"] = kLoopFormat;
+  f.metadata["loop.config"] = without_steps(config_).dump();
+  f.metadata["loop.env_steps"] = std::to_string(env_steps());
   // One file, written beside the old one and renamed over it: a kill at any instant leaves
-  // either the previous checkpoint or this one, whole.
-  safetensors::write(path, f);
+  // either the previous checkpoint or this one, whole. Every rank learns whether it was written.
+  group_->agree("writing the checkpoint", [&] {
+    if (rank == 0) safetensors::write(path, f);
+  });
 }
 
 void TrainLoop::load(const std::string& path) {
-  require(std::filesystem::is_regular_file(path), "train checkpoint '", path, "' does not exist or is not a file; ",
-          "expected a checkpoint written by zerosync train");
-  const safetensors::File f = safetensors::read(path);
-  f.require_checksums("train checkpoint");
+  const int ranks = group_->size();
+  std::vector<std::vector<std::uint8_t>> parts;
+  safetensors::File f;
+  group_->agree("reading the checkpoint", [&] {
+    if (group_->rank() != 0) return;
+    require(std::filesystem::is_regular_file(path), "train checkpoint '", path, "' does not exist or is not a file; ",
+            "expected a checkpoint written by zerosync train");
+    f = safetensors::read(path);
+    f.require_checksums("train checkpoint");
+    const auto it = f.metadata.find("loop.ranks");
+    const std::string saved = it == f.metadata.end() ? "1" : it->second;
+    require(saved == std::to_string(ranks), "train checkpoint '", path, "' was written by a run of ", saved,
+            " rank(s); this run has ", ranks, ". Expected the same count: resume with mpirun -np ", saved,
+            " (or without mpirun for 1)");
+    if (ranks == 1) return;
+    // Rank r's part: the trainer's tensors and the metadata, with rank r's loop state in place of
+    // rank 0's under the plain names.
+    for (int r = 0; r < ranks; ++r) {
+      safetensors::File part;
+      part.metadata = f.metadata;
+      part.source = f.source;
+      const std::string mine = str(kRankPrefix, r, ".");
+      for (const auto& [name, t] : f.tensors) {
+        if (name.rfind(kRankPrefix, 0) == 0) {
+          if (r > 0 && name.rfind(mine, 0) == 0) part.tensors[name.substr(mine.size())] = t;
+        } else if (r == 0 || !is_loop_tensor(name)) {
+          part.tensors[name] = t;
+        }
+      }
+      parts.push_back(safetensors::serialize(part));
+    }
+  });
+  if (ranks == 1) return load_file(f);
+  const auto mine = group_->scatter(parts, "handing each rank its part of the checkpoint");
+  group_->agree("loading the checkpoint", [&] { load_file(safetensors::parse(mine, path)); });
+}
+
+void TrainLoop::load_file(const safetensors::File& f) {
+  const std::string& path = f.source;
+  f.require_checksums("train checkpoint");  // each rank's part carries checksums too
   const auto meta = [&](const char* key) {
     auto it = f.metadata.find(key);
     require(it != f.metadata.end(), "train checkpoint '", path, "': no '", key, "' in its metadata; expected a ",

@@ -13,8 +13,10 @@
 #include "rl/actor.hpp"
 #include "rl/envs.hpp"
 #include "backends/mailbox.hpp"
+#include "backends/process_group.hpp"
 #include "kernels/loop_schedules.hpp"
 #include "train/q_monitor.hpp"
+#include "train/replica_check.hpp"
 #include "rl/replay.hpp"
 #include "rl/train_config.hpp"
 #include "train/trainer.hpp"
@@ -39,9 +41,17 @@ struct EvalResult {
   double episodes = 0, mean = 0, min = 0, max = 0;
 };
 
+// With a ProcessGroup of several ranks (mpirun), each rank runs this loop on its own
+// environments and replay (seeds offset by the rank: seed + rank), and the trainer averages every
+// step's gradients over the ranks, so the parameters stay identical; the counts in the config
+// (envs, steps, batch, …) are per rank. Evaluation is the caller's choice (zerosync train: rank 0
+// alone); checkpoints hold every rank's loop state in one file that rank 0 writes.
 class TrainLoop {
  public:
-  explicit TrainLoop(const TrainConfig& config);
+  // Training steps between two parameter fingerprints of a run of several ranks (ReplicaCheck).
+  static constexpr std::int64_t kReplicaCheckEvery = 100;
+
+  explicit TrainLoop(const TrainConfig& config, ProcessGroup* group = nullptr);
   ~TrainLoop();
   TrainLoop(const TrainLoop&) = delete;
   TrainLoop& operator=(const TrainLoop&) = delete;
@@ -50,6 +60,9 @@ class TrainLoop {
   Trainer& trainer() { return *trainer_; }
   VecEnv& env() { return *env_; }
   Replay& replay() { return *replay_; }
+  ProcessGroup& group() { return *group_; }
+  // The parameter check of a run of several ranks; nullptr alone.
+  ReplicaCheck* replica_check() { return replica_.get(); }
 
   // Enqueues one iteration: every env acts and steps once, the transitions go to replay, and
   // (past learning_starts, every train_every iterations) `updates` training steps run. Never waits.
@@ -74,10 +87,14 @@ class TrainLoop {
 
   // Checkpoint: one safetensors file holding the trainer's state (Trainer::save_state) and the
   // loop's (environments, replay, RNG counters, schedules, loop counters), replaced atomically:
-  // a kill at any instant leaves the previous checkpoint or this one, whole. Blocking.
+  // a kill at any instant leaves the previous checkpoint or this one, whole. Blocking. With
+  // several ranks, a collective: rank 0 gathers every rank's loop state (as rank.<r>.<tensor>)
+  // and writes the file at `path` alone.
   void save(const std::string& path) const;
   // Restores a save(); the run then continues exactly as if it had never stopped. Every counter
-  // is range-checked and a file of another config or format is refused with a clear error.
+  // is range-checked and a file of another config or format, or written by another number of
+  // ranks, is refused with a clear error. With several ranks, a collective: rank 0 reads the
+  // file and hands each rank its part.
   void load(const std::string& path);
   // Parameters of the last evaluation's snapshot, in PyTorch nn.Linear naming (blocking).
   void save_eval_params(const std::string& path) const;
@@ -87,8 +104,13 @@ class TrainLoop {
   void enqueue_collect();
   void enqueue_eval_step();
   void collect_eval_record();
+  // This rank's loop state (every tensor but the trainer's).
+  void save_loop_state(safetensors::File& f) const;
+  // Restores one rank's whole state (trainer and loop) from `f`, checking everything first.
+  void load_file(const safetensors::File& f);
 
   TrainConfig config_;
+  ProcessGroup* group_;
   std::unique_ptr<Trainer> trainer_;
   std::unique_ptr<VecEnv> env_, eval_env_;
   std::unique_ptr<Replay> replay_;
@@ -100,6 +122,7 @@ class TrainLoop {
   RecordBox<kernels::LoopReportRecord> report_box_;
   RecordBox<kernels::EvalRecord> eval_box_;
   QMonitor qmon_;
+  std::unique_ptr<ReplicaCheck> replica_;
   Graph collect_graph_, eval_graph_;
   std::int64_t iterations_ = 0, updates_ = 0, eval_rounds_ = 0, eval_seen_ = 0;
   std::deque<EvalResult> pending_eval_;  // arrived, not yet returned by poll_eval()

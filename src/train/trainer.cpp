@@ -28,8 +28,11 @@ Trainer::Trainer(const Config& config, const TrainerOptions& options)
       batch_(config_, options.batch_size),
       acts_online_(config_, 2 * options.batch_size),
       acts_target_(config_, options.batch_size),
-      c51_(config_, options.batch_size),
-      ctx_{config_, layout_, net_, online_, target_, batch_, acts_online_, acts_target_, c51_},
+      buffers_(layout_, 1 + static_cast<int>(enabled_terms(config_).size())),
+      c51_(config_, options.batch_size, buffers_.loss(0)),
+      ctx_{config_,      layout_, net_, online_,   target_,
+           batch_,       acts_online_, acts_target_, c51_, buffers_,
+           options.group ? std::int64_t{options.group->rank()} * options.batch_size : 0},
       optimizer_(config_, layout_),
       guard_(options.guard),
       unit_scale_("zs::unit_scale"),
@@ -49,6 +52,8 @@ Trainer::Trainer(const Config& config, const TrainerOptions& options)
   if (terms_.size() > 1) applied_ = std::make_unique<ParamBuffer>(layout_, "zs::applied_grad");
   if (config_.spectral_norm > 0.f)
     spectral_ = std::make_unique<SpectralNorm>(layout_, config_.spectral_norm, config_.seed ^ 0x5eed5eedull);
+  if ((options_.group && options_.group->size() > 1) || options_.always_reduce)
+    comm_ = make_communicator(options_.group ? *options_.group : ProcessGroup::solo(), stream_);
   forward_plan_ = std::make_unique<ForwardPlan>(
       net_, std::vector<ForwardPass>{{&online_, batch_.states(), &acts_online_, 0},
                                      {&online_, batch_.next_states(), &acts_online_, options.batch_size},
@@ -97,6 +102,7 @@ const char* Trainer::phase_name(Phase p) {
     case Phase::spectral_norm: return "spectral_norm";
     case Phase::forward: return "forward";
     case Phase::loss_terms: return "loss_terms";
+    case Phase::all_reduce: return "all_reduce";
     case Phase::norm_and_guard: return "norm_and_guard";
     case Phase::optimizer: return "optimizer";
   }
@@ -122,6 +128,12 @@ void Trainer::enqueue_phase(Phase phase) {
       break;
     case Phase::loss_terms:
       for (auto& t : terms_) t->enqueue(exec, gemm_);
+      break;
+    case Phase::all_reduce:
+      // Every term's raw gradient and loss, averaged over the ranks before anything reads them:
+      // every rank then computes the same norms, the same guard verdict (a NaN on one rank
+      // trips them all) and the same update.
+      if (comm_) comm_->enqueue_mean(stream_, buffers_.all());
       break;
     case Phase::norm_and_guard:
       // The guard judges C51's loss and raw gradient norm; every other term's norm only sets its
@@ -205,10 +217,22 @@ void Trainer::step_direct() {
   ++steps_;
 }
 
+void Trainer::run_graph(Graph& graph, const std::function<void()>& body) {
+  if (comm_ && !graph.captured()) {
+    // As Graph::run, with the first step finished before the capture: NCCL sets up its
+    // connections during its first collective, which must not overlap the recording.
+    body();
+    stream_.synchronize();
+    graph.capture(stream_, body);
+  } else {
+    graph.run(stream_, body);
+  }
+}
+
 void Trainer::step() {
   if (!options_.use_graph) return step_direct();
   if (!graph_) graph_ = std::make_unique<Graph>();
-  graph_->run(stream_, [this] { enqueue_step(); });
+  run_graph(*graph_, [this] { enqueue_step(); });
   ++steps_;
 }
 
@@ -220,7 +244,7 @@ void Trainer::step_with(const std::function<void()>& before, const std::function
     return;
   }
   if (!graph_with_) graph_with_ = std::make_unique<Graph>();
-  graph_with_->run(stream_, [&] {
+  run_graph(*graph_with_, [&] {
     before();
     enqueue_step();
     after();

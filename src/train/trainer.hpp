@@ -1,8 +1,9 @@
 // The BDQ-C51 training step, end to end on one stream with no host synchronisation:
 // forward (online on s and s′ stacked, target on s′) → every loss term (C51, then the
-// auxiliaries the config turns on) → their gradient norms → guard → the budgeted sum of the
-// clipped gradients → Adam and the target update → [the spectral-norm projection] → records to
-// the pinned mailbox. Everything after the guard is skipped on the device when it trips: a
+// auxiliaries the config turns on) → [the mean of every term's gradient and loss over the ranks
+// of a data-parallel run: one all-reduce] → their gradient norms → guard → the budgeted sum of
+// the clipped gradients → Adam and the target update → [the spectral-norm projection] → records
+// to the pinned mailbox. Everything after the guard is skipped on the device when it trips: a
 // tripped step changes nothing. On CUDA the step is recorded once as a CUDA graph and
 // replayed: one launch per step.
 #pragma once
@@ -14,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "backends/communicator.hpp"
 #include "backends/gemm.hpp"
 #include "backends/graph.hpp"
 #include "backends/mailbox.hpp"
@@ -21,6 +23,7 @@
 #include "kernels/term_record.hpp"
 #include "losses/c51.hpp"
 #include "losses/loss_term.hpp"
+#include "losses/term_buffers.hpp"
 #include "nn/batch.hpp"
 #include "nn/network.hpp"
 #include "nn/network_plan.hpp"
@@ -31,9 +34,16 @@
 namespace zs {
 
 struct TrainerOptions {
-  int batch_size = 256;
+  int batch_size = 256;  // this rank's batch
   GuardConfig guard{};
   bool use_graph = true;  // record the step once and replay it (CUDA graph on CUDA)
+  // The ranks of a data-parallel run (ProcessGroup::launch), each training on its own batch:
+  // every step averages the terms' gradients and losses over them before the norms, so every
+  // rank takes the same update and the parameters stay identical. nullptr or a group of one:
+  // this process alone, and the step has no all-reduce.
+  ProcessGroup* group = nullptr;
+  // The all-reduce even alone, where it changes nothing: tests and benchmarks of its path.
+  bool always_reduce = false;
 };
 
 // One loss term's entry in the metrics record, as the host reads it.
@@ -78,9 +88,10 @@ class Trainer {
   void step();
   // The step's phases in order; enqueue_phase() runs one of them alone (benchmarks time the
   // phases this way: docs/performance.md's breakdown).
-  enum class Phase { forward, loss_terms, norm_and_guard, optimizer, spectral_norm };
-  static constexpr Phase kPhases[] = {Phase::forward, Phase::loss_terms, Phase::norm_and_guard, Phase::optimizer,
-                                      Phase::spectral_norm};
+  // all_reduce enqueues nothing unless the step has a communicator.
+  enum class Phase { forward, loss_terms, all_reduce, norm_and_guard, optimizer, spectral_norm };
+  static constexpr Phase kPhases[] = {Phase::forward,        Phase::loss_terms, Phase::all_reduce,
+                                      Phase::norm_and_guard, Phase::optimizer,  Phase::spectral_norm};
   static const char* phase_name(Phase p);
   void enqueue_phase(Phase p);
   // Enqueues the same step by direct launches, never the graph (for parity checks).
@@ -93,6 +104,14 @@ class Trainer {
   std::int64_t steps_enqueued() const { return steps_; }
   bool graph_recorded() const { return graph_ && graph_->captured(); }
   std::size_t graph_nodes() const { return graph_ ? graph_->node_count() : 0; }
+
+  // This process's place in the run: rank r of ranks() (0 of 1 alone).
+  int rank() const { return comm_ ? comm_->rank() : 0; }
+  int ranks() const { return comm_ ? comm_->size() : 1; }
+  // The step's all-reduce; nullptr when it has none (alone, without always_reduce).
+  Communicator* communicator() const { return comm_.get(); }
+  // Every term's gradient and loss in one buffer: what the all-reduce averages.
+  const TermBuffers& term_buffers() const { return buffers_; }
 
   // The loss terms, C51 first, then the auxiliaries the config turned on (losses/registry.hpp).
   const std::vector<std::unique_ptr<LossTerm>>& terms() const { return terms_; }
@@ -152,6 +171,8 @@ class Trainer {
   void load_state(const safetensors::File& f);
 
  private:
+  // Graph::run, made safe for a step with a collective (below).
+  void run_graph(Graph& graph, const std::function<void()>& body);
   void enqueue_step();
 
   Config config_;
@@ -163,6 +184,7 @@ class Trainer {
   ParamBuffer online_, target_;
   DeviceBatch batch_;
   Activations acts_online_, acts_target_;
+  TermBuffers buffers_;  // before the C51 outputs and the terms, whose losses and gradients it holds
   C51Outputs c51_;
   StepContext ctx_;
   std::vector<std::unique_ptr<LossTerm>> terms_;
@@ -175,6 +197,7 @@ class Trainer {
   RecordBox<kernels::TermsRecord> term_record_;
   // The main network's forward: online on s and s′, target on s′, batched.
   std::unique_ptr<ForwardPlan> forward_plan_;
+  std::unique_ptr<Communicator> comm_;
   std::unique_ptr<Graph> graph_, graph_with_;
   std::int64_t steps_ = 0;
 };
