@@ -120,7 +120,9 @@ TEST(Budget, SumOfClippedGradientsMatchesReference) {
         std::vector<double> coef;
         for (std::size_t b = 1; b <= n_aux; ++b)
           coef.push_back(reference_clip(reference_norm(bufs.host[b]), limits[b - 1]));
-        if (n_aux >= 2) ASSERT_LT(coef[1], 1.0) << "the 3.0 limit should clip";
+        if (n_aux >= 2) {
+          ASSERT_LT(coef[1], 1.0) << "the 3.0 limit should clip";
+        }
         for (std::size_t i = 0; i < n; ++i) {
           double ref = s == 0.f ? 0.0 : double(s) * bufs.host[0][i], mag = std::fabs(ref);
           for (std::size_t b = 1; b <= n_aux; ++b)

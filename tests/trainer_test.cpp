@@ -207,8 +207,9 @@ TEST(Trainer, NaNBatchTripsTheGuardAndChangesNothing) {
       EXPECT_TRUE(zs::test::same_bits(m, host_copy(tr.optimizer().m().flat())));
       EXPECT_TRUE(zs::test::same_bits(v, host_copy(tr.optimizer().v().flat())));
       EXPECT_EQ(adam, zs::test::to_host(tr.optimizer().state()));
-      if (tr.spectral_norm())
+      if (tr.spectral_norm()) {
         EXPECT_TRUE(zs::test::same_bits(uv, zs::test::to_host(tr.spectral_norm()->vectors()))) << "poison " << poison;
+      }
     }
     zs::upload(tr.stream().exec(), c, hb, tr.batch());
     tr.step();
