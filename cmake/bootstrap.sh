@@ -56,7 +56,7 @@ apt_packages=(build-essential cmake ninja-build pkg-config dpkg-dev ca-certifica
 # libFuzzer ships with Debian's clang in libclang-rt-14-dev (clang 14 is bookworm's default).
 if [ "$do_fuzz" -eq 1 ]; then apt_packages+=(clang libclang-rt-14-dev); fi
 # pip fetches NCCL's wheel for the cuda backend when the CUDA toolkit has no NCCL (fetch_nccl).
-for b in "${backends[@]}"; do [ "$b" = cuda ] && apt_packages+=(python3-pip); done
+for b in "${backends[@]}"; do if [ "$b" = cuda ]; then apt_packages+=(python3-pip); fi; done
 
 as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
 
@@ -225,4 +225,4 @@ fetch_nccl() {
 
 [ "$do_apt" -eq 1 ] && install_packages
 for b in "${backends[@]}"; do build_backend "$b"; done
-for b in "${backends[@]}"; do [ "$b" = cuda ] && fetch_nccl; done
+for b in "${backends[@]}"; do if [ "$b" = cuda ]; then fetch_nccl; fi; done
