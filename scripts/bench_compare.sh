@@ -5,7 +5,7 @@
 #
 #   scripts/bench_compare.sh BASELINE.json NEW.json [FILTER]
 #
-# BASELINE: perf/baselines/<machine>.json (e.g. h200.json, host-2core.json); NEW: a run's
+# BASELINE: perf/baselines/<machine>.json (h200.json) or a run made beside NEW; NEW: a run's
 # --benchmark_out file. Benchmarks present in both are compared; FILTER (a regex, default
 # ^BM_Step) keeps those whose name matches.
 # ZS_SYSROOT: where a carried libbenchmark-tools was unpacked (the GPU machine), if not in /.
