@@ -82,17 +82,19 @@ void BM_StepAux(benchmark::State& state) {
 }
 BENCHMARK(BM_StepAux)->Arg(0)->Arg(1)->Arg(2)->Arg(4)->Arg(7)->UseManualTime()->Unit(benchmark::kMicrosecond);
 
-// The graph-replayed step at the reference config (B = 256 per rank) without (arg 1 = 0) and with
-// (1) the all-reduce of the terms' gradients and losses; arg 0 = 7: every auxiliary on. Alone,
-// the all-reduce runs over a group of one (NCCL with one rank on CUDA; nothing on the host);
-// under `mpiexec -n N zerosync_bench --benchmark_filter=BM_StepAllReduce` over the N ranks.
-// A fixed iteration count keeps the ranks' all-reduces in step.
+// The graph-replayed step without (reduce 0) and with (1) the all-reduce of the terms' gradients
+// and losses, at B = 256 per rank and the reference net (aux 7: every auxiliary on) and at the
+// large config (B = 4096 per rank, trunk 512, heads 256). Alone, the all-reduce runs over a group
+// of one (NCCL with one rank on CUDA; nothing on the host); under
+// `mpiexec -n N zerosync_bench --benchmark_filter=BM_StepAllReduce` over the N ranks
+// (scripts/scale_run.sh). A fixed iteration count keeps the ranks' all-reduces in step.
 void BM_StepAllReduce(benchmark::State& state) {
   const bool aux = state.range(0) != 0, reduce = state.range(1) != 0;
-  zs::Config c;
+  zs::Config c = bench_config(static_cast<int>(state.range(3)), static_cast<int>(state.range(4)));
   c.iqn.on = c.cql.on = aux;
   c.ensemble.k = aux ? 2 : 0;
   zs::TrainerOptions opt;
+  opt.batch_size = static_cast<int>(state.range(2));
   if (reduce) {
     opt.group = zs::bench::group();
     opt.always_reduce = true;
@@ -106,7 +108,10 @@ void BM_StepAllReduce(benchmark::State& state) {
   state.counters["all_reduce_bytes"] = static_cast<double>(t.term_buffers().all().extent(0) * sizeof(float));
 }
 BENCHMARK(BM_StepAllReduce)
-    ->ArgsProduct({{0, 7}, {0, 1}})
+    ->ArgNames({"aux", "reduce", "B", "width", "heads"})
+    ->ArgsProduct({{0, 7}, {0, 1}, {256}, {256}, {128}})
+    ->Args({0, 0, 4096, 512, 256})
+    ->Args({0, 1, 4096, 512, 256})
     ->Iterations(50)
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
