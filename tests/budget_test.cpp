@@ -12,6 +12,7 @@
 
 #include "core/error.hpp"
 #include "losses/registry.hpp"
+#include "same_batches.hpp"
 #include "test_util.hpp"
 #include "losses/ensemble.hpp"
 #include "train/trainer.hpp"
@@ -250,15 +251,10 @@ TEST(Budget, GraphReplayEqualsDirectLaunchWithEverythingOn) {
   zs::TrainerOptions opt;
   opt.batch_size = 9;
   zs::Trainer graph(c, opt), direct(c, opt);
-  for (int s = 0; s < 5; ++s) {
-    const auto hb = zs::random_batch(c, 9, seed + 50 + s);
-    zs::upload(graph.stream().exec(), c, hb, graph.batch());
-    zs::upload(direct.stream().exec(), c, hb, direct.batch());
-    graph.step();
-    direct.step_direct();
-  }
-  graph.synchronize();
-  direct.synchronize();
+  zs::test::step_on_same_batches(graph, direct, 5, seed + 50, [](zs::Trainer& g, zs::Trainer& d) {
+    g.step();
+    d.step_direct();
+  });
   EXPECT_TRUE(graph.graph_recorded());
   for (auto get : {&zs::Trainer::online, &zs::Trainer::target, &zs::Trainer::applied_grad})
     EXPECT_TRUE(zs::test::same_bits(host(((&graph)->*get)().flat()), host(((&direct)->*get)().flat())));

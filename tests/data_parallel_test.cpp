@@ -19,6 +19,7 @@
 #include "core/safetensors.hpp"
 #include "kernels/param_checksum.hpp"
 #include "rl/train_loop.hpp"
+#include "same_batches.hpp"
 #include "test_util.hpp"
 #include "train/replica_check.hpp"
 #include "train/trainer.hpp"
@@ -77,15 +78,10 @@ TEST(Communicator, AloneTheAllReduceChangesNothing) {
     ASSERT_NE(b.communicator(), nullptr);
     EXPECT_EQ(b.ranks(), 1);
     EXPECT_EQ(b.rank(), 0);
-    for (int s = 0; s < 5; ++s) {
-      const auto hb = zs::random_batch(c, 12, seed + 100 + s);
-      zs::upload(a.stream().exec(), c, hb, a.batch());
-      zs::upload(b.stream().exec(), c, hb, b.batch());
-      a.step();
-      b.step();
-    }
-    a.synchronize();
-    b.synchronize();
+    zs::test::step_on_same_batches(a, b, 5, seed + 100, [](zs::Trainer& x, zs::Trainer& y) {
+      x.step();
+      y.step();
+    });
     EXPECT_TRUE(b.graph_recorded());
     EXPECT_TRUE(zs::test::same_bits(host(a.online().flat()), host(b.online().flat())));
     EXPECT_TRUE(zs::test::same_bits(host(a.target().flat()), host(b.target().flat())));

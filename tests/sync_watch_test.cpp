@@ -13,6 +13,7 @@
 #include "backends/host_copy.hpp"
 #include "backends/stream.hpp"
 #include "backends/sync_watch.hpp"
+#include "sync_watch_kernels.hpp"
 #include "core/error.hpp"
 #include "test_util.hpp"
 
@@ -24,21 +25,9 @@ constexpr int kN = 1000;
 
 bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
-std::string joined(const std::vector<std::string>& lines) {
-  std::string out;
-  for (const auto& l : lines) out += l + "\n";
-  return out;
-}
-
-struct Iota {
-  zs::DeviceFloats x;
-  KOKKOS_INLINE_FUNCTION void operator()(const int i) const { x(i) = static_cast<float>(i); }
-};
-
-struct Sum {
-  zs::DeviceFloats x;
-  KOKKOS_INLINE_FUNCTION void operator()(const int i, float& s) const { s += x(i); }
-};
+using zs::test::Iota;
+using zs::test::joined;
+using zs::test::Sum;
 
 // One team per row of `rows` (kN / rows columns each), its sum into out(row).
 struct TeamRowSums {

@@ -16,6 +16,7 @@
 
 #include "kernels/grad_norm.hpp"
 #include "losses/registry.hpp"
+#include "same_batches.hpp"
 #include "test_util.hpp"
 #include "train/trainer.hpp"
 
@@ -181,15 +182,10 @@ TEST(ToyTerm, GraphReplayEqualsDirectLaunchAndTheRegistrationEnds) {
     zs::LossTermRegistration reg(toy_spec());
     EXPECT_THROW(zs::LossTermRegistration again(toy_spec()), zs::Error);
     zs::Trainer graph(c, opt), direct(c, opt);
-    for (int s = 0; s < 4; ++s) {
-      const auto hb = zs::random_batch(c, 4, seed + 10 + s);
-      zs::upload(graph.stream().exec(), c, hb, graph.batch());
-      zs::upload(direct.stream().exec(), c, hb, direct.batch());
-      graph.step();
-      direct.step_direct();
-    }
-    graph.synchronize();
-    direct.synchronize();
+    zs::test::step_on_same_batches(graph, direct, 4, seed + 10, [](zs::Trainer& g, zs::Trainer& d) {
+      g.step();
+      d.step_direct();
+    });
     EXPECT_TRUE(graph.graph_recorded());
     EXPECT_TRUE(zs::test::same_bits(host(graph.online().flat()), host(direct.online().flat())));
     EXPECT_EQ(graph.term_as<ToyPenalty>("toy")->calls(), 4);

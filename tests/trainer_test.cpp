@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "network_reference.hpp"
+#include "same_batches.hpp"
 #include "test_util.hpp"
 #include "losses/iqn.hpp"
 #include "train/trainer.hpp"
@@ -140,15 +141,10 @@ TEST(Trainer, GraphReplayEqualsDirectLaunch) {
   zs::TrainerOptions opt;
   opt.batch_size = 16;
   zs::Trainer graph(c, opt), direct(c, opt);
-  for (int s = 0; s < 6; ++s) {
-    const auto hb = zs::random_batch(c, 16, seed + 100 + s);
-    zs::upload(graph.stream().exec(), c, hb, graph.batch());
-    zs::upload(direct.stream().exec(), c, hb, direct.batch());
-    graph.step();
-    direct.step_direct();
-  }
-  graph.synchronize();
-  direct.synchronize();
+  zs::test::step_on_same_batches(graph, direct, 6, seed + 100, [](zs::Trainer& g, zs::Trainer& d) {
+    g.step();
+    d.step_direct();
+  });
   EXPECT_TRUE(graph.graph_recorded());
   EXPECT_TRUE(zs::test::same_bits(host_copy(graph.online().flat()), host_copy(direct.online().flat())));
   EXPECT_TRUE(zs::test::same_bits(host_copy(graph.target().flat()), host_copy(direct.target().flat())));

@@ -10,6 +10,7 @@
 #include "backends/backend.hpp"
 #include "backends/stream.hpp"
 #include "backends/sync_watch.hpp"
+#include "../sync_watch_kernels.hpp"
 
 namespace kt = Kokkos::Tools::Experimental;
 
@@ -17,21 +18,9 @@ namespace {
 
 constexpr int kN = 1000;
 
-std::string joined(const std::vector<std::string>& lines) {
-  std::string out;
-  for (const auto& l : lines) out += l + "\n";
-  return out;
-}
-
-struct Iota {
-  zs::DeviceFloats x;
-  KOKKOS_INLINE_FUNCTION void operator()(const int i) const { x(i) = static_cast<float>(i); }
-};
-
-struct Sum {
-  zs::DeviceFloats x;
-  KOKKOS_INLINE_FUNCTION void operator()(const int i, float& s) const { s += x(i); }
-};
+using zs::test::Iota;
+using zs::test::joined;
+using zs::test::Sum;
 
 int fences_seen = 0;
 void count_fence(const char*, std::uint32_t, std::uint64_t*) { ++fences_seen; }
