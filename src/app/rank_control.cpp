@@ -1,5 +1,6 @@
 #include "app/rank_control.hpp"
 
+#include <csignal>
 #include <cstddef>
 #include <vector>
 
@@ -9,8 +10,9 @@ namespace zs {
 
 namespace {
 
-// Votes travel as doubles: [outcome + 1 (0: none), healthy, interrupted, fingerprint step, high, low].
-enum Vote : std::size_t { kOutcome, kHealthy, kInterrupted, kStep, kHigh, kLow, kVoteSize };
+// Votes travel as doubles: [outcome + 1 (0: none), healthy, stop signal (0: none), fingerprint step,
+// high, low].
+enum Vote : std::size_t { kOutcome, kHealthy, kSignal, kStep, kHigh, kLow, kVoteSize };
 
 const char* plain_name(TrainOutcome o) {
   switch (o) {
@@ -23,15 +25,21 @@ const char* plain_name(TrainOutcome o) {
   return "stopped";
 }
 
+// A stop asked for by `signal`; `where` names the rank that received it (with several ranks).
+StopReason signalled(int signal, const std::string& where) {
+  const std::string what = signal == SIGTERM ? "terminated (SIGTERM" : "interrupted (Ctrl-C";
+  return StopReason{TrainOutcome::interrupted, what + where + ")", true, signal};
+}
+
 }  // namespace
 
 RankControl::RankControl(ProcessGroup& group, ReplicaCheck* replicas, Communicator* communicator)
     : group_(group), replicas_(replicas), communicator_(communicator) {}
 
-std::optional<StopReason> RankControl::decide(const std::optional<StopReason>& pending, bool interrupted) {
+std::optional<StopReason> RankControl::decide(const std::optional<StopReason>& pending, int signal) {
   if (alone()) {
     if (pending) return pending;
-    if (interrupted) return StopReason{TrainOutcome::interrupted, "interrupted (Ctrl-C)", true};
+    if (signal != 0) return signalled(signal, "");
     return std::nullopt;
   }
   if (communicator_) communicator_->check();
@@ -40,7 +48,7 @@ std::optional<StopReason> RankControl::decide(const std::optional<StopReason>& p
     vote[kOutcome] = 1.0 + static_cast<int>(pending->outcome);
     vote[kHealthy] = pending->healthy ? 1.0 : 0.0;
   }
-  vote[kInterrupted] = interrupted ? 1.0 : 0.0;
+  vote[kSignal] = signal;
   const kernels::ParamChecksum mine = replicas_ ? replicas_->newest() : kernels::ParamChecksum{};
   vote[kStep] = mine.step;
   vote[kHigh] = mine.high;
@@ -52,7 +60,7 @@ std::optional<StopReason> RankControl::decide(const std::optional<StopReason>& p
     require(votes[r].size() == kVoteSize, "the ranks' stop decision: rank ", r, " sent ", votes[r].size(),
             " values; expected ", static_cast<std::size_t>(kVoteSize));
     fingerprints.push_back({votes[r][kStep], votes[r][kHigh], votes[r][kLow]});
-    if (votes[r][kInterrupted] != 0.0 && interrupted_on < 0) interrupted_on = static_cast<int>(r);
+    if (votes[r][kSignal] != 0.0 && interrupted_on < 0) interrupted_on = static_cast<int>(r);
   }
   ReplicaCheck::compare(fingerprints);
   if (votes[0][kOutcome] != 0.0) {
@@ -63,7 +71,7 @@ std::optional<StopReason> RankControl::decide(const std::optional<StopReason>& p
     return s;
   }
   if (interrupted_on >= 0)
-    return StopReason{TrainOutcome::interrupted, str("interrupted (Ctrl-C on rank ", interrupted_on, ")"), true};
+    return signalled(static_cast<int>(votes[interrupted_on][kSignal]), str(" on rank ", interrupted_on));
   return std::nullopt;
 }
 

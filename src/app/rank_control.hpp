@@ -22,6 +22,7 @@ struct StopReason {
   TrainOutcome outcome = TrainOutcome::finished;
   std::string message;  // on the rank that decided; the others get the outcome's plain name
   bool healthy = true;  // false: the final checkpoint is not written (the last good one is kept)
+  int signal = 0;       // interrupted: the signal that asked for it (SIGINT or SIGTERM)
 };
 
 class RankControl {
@@ -35,10 +36,10 @@ class RankControl {
   bool alone() const { return group_.size() == 1; }
   // Whether the iteration `iterations` is a control point.
   bool due(std::int64_t iterations) const { return alone() || iterations % kEvery == 0; }
-  // The run's decision, the same on every rank: rank 0's `pending` first, then an interrupt on
-  // any rank; nothing: go on. Throws PeerFailure when the ranks' parameters differ or the
-  // transport lost a peer.
-  std::optional<StopReason> decide(const std::optional<StopReason>& pending, bool interrupted);
+  // The run's decision, the same on every rank: rank 0's `pending` first, then a stop signal
+  // (`signal`: SIGINT or SIGTERM this rank received, 0: none) on any rank; nothing: go on.
+  // Throws PeerFailure when the ranks' parameters differ or the transport lost a peer.
+  std::optional<StopReason> decide(const std::optional<StopReason>& pending, int signal);
 
  private:
   ProcessGroup& group_;

@@ -235,12 +235,15 @@ TrainSummary run_train_command(const TrainCommand& cmd, std::ostream& leader_log
     s.outcome = r.outcome;
     stop_message = r.message;
     healthy = r.healthy;
+    s.signal = r.signal;
   };
+  // The signal that asked this rank to stop (SIGINT for a stop asked without one), 0: none.
+  const auto stop_signal = [] { return g_stop.load() ? (g_signal.load() != 0 ? g_signal.load() : SIGINT) : 0; };
 
   for (;;) {
     // The last iteration is a control point too: a stop rank 0 has not shared yet (the guard's)
     // must not end as "finished" with a checkpoint.
-    const auto decision = control.due(loop.iterations()) || loop.done() ? control.decide(pending, g_stop.load())
+    const auto decision = control.due(loop.iterations()) || loop.done() ? control.decide(pending, stop_signal())
                                                                          : std::optional<StopReason>();
     if (decision && decision->outcome != TrainOutcome::interrupted) {
       stop(*decision);
@@ -253,9 +256,6 @@ TrainSummary run_train_command(const TrainCommand& cmd, std::ostream& leader_log
     }
     if (decision) {
       stop(*decision);
-      // The signal this rank received (another rank's Ctrl-C reads as SIGINT here).
-      s.signal = g_signal.load() != 0 ? g_signal.load() : SIGINT;
-      if (control.alone() && s.signal == SIGTERM) stop_message = "terminated (SIGTERM)";
       break;
     }
     loop.iterate();
@@ -312,7 +312,7 @@ TrainSummary run_train_command(const TrainCommand& cmd, std::ostream& leader_log
     if (next_ckpt > 0 && steps >= next_ckpt) {
       // The ranks agree first: a checkpoint is only written while every rank goes on.
       if (!control.alone()) {
-        if (const auto d = control.decide(pending, g_stop.load())) {
+        if (const auto d = control.decide(pending, stop_signal())) {
           stop(*d);
           break;
         }
