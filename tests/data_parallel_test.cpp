@@ -138,7 +138,10 @@ TEST(TermBuffers, EveryTermsGradientAndLossAreSlicesOfOneBuffer) {
   float c51_loss = 0;
   Kokkos::deep_copy(c51_loss, tr.loss().loss);
   EXPECT_GT(c51_loss, 0.f);
-  EXPECT_EQ(c51_loss, losses[0]);
+  // `losses` is device memory: read slot 0 through a View of that address, never by dereferencing.
+  float slot0 = 0;
+  Kokkos::deep_copy(slot0, Kokkos::View<const float, zs::MemSpace, Kokkos::MemoryUnmanaged>(losses));
+  EXPECT_EQ(c51_loss, slot0);
 
   zs::TermBuffers two(tr.layout(), 2);
   two.claim("a");
