@@ -53,7 +53,7 @@ struct PassEntry {
   int rows = 0, layer0 = 0, tile0 = 0;
 };
 
-inline constexpr int round_up(int n, int m) { return (n + m - 1) / m * m; }
+KOKKOS_INLINE_FUNCTION constexpr int round_up(int n, int m) { return (n + m - 1) / m * m; }
 
 }  // namespace fused_detail
 

@@ -1,0 +1,144 @@
+// µs per trunk forward of the step's three passes (online net on s and on s′, target net on s′):
+// the fused one-launch prototype (nn/fused_trunk.hpp) against the path the step takes today, a
+// batched GEMM and a bias/ReLU launch per layer as in ForwardPlan; direct launch and graph replay.
+#include <benchmark/benchmark.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <random>
+#include <vector>
+
+#include "backends/graph.hpp"
+#include "bench_util.hpp"
+#include "kernels/dense_batch.hpp"
+#include "nn/fused_trunk.hpp"
+
+namespace {
+
+constexpr int kPasses = 3;
+constexpr int kCallsPerTiming = 10;
+
+void fill_normal(const zs::DeviceFloats& d, std::uint64_t seed, float scale) {
+  auto h = Kokkos::create_mirror_view(d);
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> normal(0.f, scale);
+  for (std::size_t i = 0; i < h.extent(0); ++i) h(i) = normal(rng);
+  Kokkos::deep_copy(d, h);
+}
+
+// The reference network with trunk {width, width}, online and target parameters, B states s and
+// B states s′, and the activations both paths write: online [2B rows], target [B rows].
+struct TrunkSetup {
+  zs::Config c;
+  zs::ParamLayout layout;
+  zs::Network net;
+  zs::ParamBuffer online, target;
+  zs::DeviceFloats states;
+  zs::Activations on, tg;
+  zs::ConstMatrixView s, s2;
+
+  static zs::Config config(int width) {
+    zs::Config c;
+    c.trunk = {width, width};
+    return c;
+  }
+  TrunkSetup(int B, int width)
+      : c(config(width)),
+        layout(c),
+        net(c, layout),
+        online(layout, "online"),
+        target(layout, "target"),
+        states("states", std::size_t(2) * B * c.state_dim),
+        on(c, 2 * B),
+        tg(c, B),
+        s(states.data(), B, c.state_dim),
+        s2(states.data() + std::size_t(B) * c.state_dim, B, c.state_dim) {
+    fill_normal(online.flat(), 1, 0.05f);
+    fill_normal(target.flat(), 2, 0.05f);
+    fill_normal(states, 3, 1.f);
+  }
+};
+
+// Times `body` on the stream, launched directly (graph = 0) or recorded once and replayed.
+void time_trunk(benchmark::State& state, zs::Stream& stream, const std::function<void()>& body, bool graph) {
+  if (!graph) return zs::bench::time_on_stream(state, stream, body, kCallsPerTiming);
+  body();
+  stream.synchronize();
+  zs::Graph g;
+  g.capture(stream, body);
+  zs::bench::time_on_stream(state, stream, [&] { g.replay(stream); }, kCallsPerTiming);
+  state.counters["graph_nodes"] = static_cast<double>(g.node_count());
+}
+
+// Args: batch B, trunk width, rows per team (0: automatic), graph (1) or direct (0).
+void BM_FusedTrunk(benchmark::State& state) {
+  const int B = static_cast<int>(state.range(0)), width = static_cast<int>(state.range(1));
+  TrunkSetup t(B, width);
+  zs::kernels::FusedMlpOptions opt;
+  opt.rows_per_team = static_cast<int>(state.range(2));
+  const zs::FusedTrunk fused(t.net, {zs::trunk_pass(t.online, t.s, t.on, 0), zs::trunk_pass(t.online, t.s2, t.on, B),
+                                     zs::trunk_pass(t.target, t.s2, t.tg, 0)},
+                             opt);
+  zs::Stream stream;
+  time_trunk(state, stream, [&] { fused.enqueue(stream.exec()); }, state.range(3) != 0);
+  state.counters["rows_per_team"] = fused.rows_per_team();
+  state.counters["teams"] = fused.teams();
+  state.counters["scratch_bytes"] = static_cast<double>(fused.scratch_bytes());
+}
+BENCHMARK(BM_FusedTrunk)
+    ->ArgNames({"B", "width", "rows", "graph"})
+    ->ArgsProduct({{256, 4096}, {256, 512}, {0, 4, 8}, {1, 0}})
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
+
+// Today's trunk, as ForwardPlan enqueues it: per layer one GEMM batch over the three passes
+// (cuBLAS in the config's precision, TF32 by default) and one bias/ReLU launch over them.
+void BM_TrunkGemmBias(benchmark::State& state) {
+  const int B = static_cast<int>(state.range(0)), width = static_cast<int>(state.range(1));
+  TrunkSetup t(B, width);
+  zs::Stream stream;
+  zs::Gemm gemm(stream, t.c.precision);
+  struct Layer {
+    zs::GemmBatch gemm;
+    zs::kernels::BiasActLaunch<zs::ExecSpace> bias;
+  };
+  std::vector<Layer> layers;
+  struct Pass {
+    const zs::ParamBuffer* params;
+    const float* input;
+    zs::Activations* acts;
+    int row0;
+  };
+  const Pass passes[kPasses] = {{&t.online, t.s.data(), &t.on, 0}, {&t.online, t.s2.data(), &t.on, B},
+                                {&t.target, t.s2.data(), &t.tg, 0}};
+  for (std::size_t i = 0; i < t.c.trunk.size(); ++i) {
+    const int in = i == 0 ? t.c.state_dim : t.c.trunk[i - 1], out = t.c.trunk[i];
+    std::vector<zs::GemmEntry> g;
+    std::vector<zs::kernels::BiasActEntry> b;
+    for (const Pass& p : passes) {
+      const float* x = i == 0 ? p.input : p.acts->trunk[i - 1].data() + std::size_t(p.row0) * in;
+      float* y = p.acts->trunk[i].data() + std::size_t(p.row0) * out;
+      g.push_back({x, p.params->weight(static_cast<int>(i)).data(), y});
+      b.push_back({y, p.params->bias(static_cast<int>(i)).data(), out, 1});
+    }
+    layers.push_back({zs::GemmBatch(zs::Trans::N, zs::Trans::T, B, out, in, 1.f, 0.f, g),
+                      zs::kernels::BiasActLaunch<zs::ExecSpace>(b, B)});
+  }
+  time_trunk(
+      state, stream,
+      [&] {
+        for (const Layer& l : layers) {
+          gemm(l.gemm);
+          l.bias(stream.exec());
+        }
+      },
+      state.range(2) != 0);
+}
+BENCHMARK(BM_TrunkGemmBias)
+    ->ArgNames({"B", "width", "graph"})
+    ->ArgsProduct({{256, 4096}, {256, 512}, {1, 0}})
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
+
+}  // namespace
