@@ -9,6 +9,9 @@
 #   ZS_SANITIZER_TIMEOUT=240             seconds per tool before it is stopped (reported as such)
 #   ZS_RACECHECK_FILTER=...              the GoogleTest filter racecheck runs (default: the suites
 #                                        whose kernels share team memory; racecheck is ~50× slower)
+#   ZS_SANITIZER_PRINT_LIMIT=20          findings printed per shard (0: all of them, so that the
+#                                        kernel counts cover every finding; host frames are dropped
+#                                        from the log to keep it small)
 #
 # memcheck runs with --report-api-errors no: the graph tests provoke CUDA API errors on purpose
 # (a fence inside a capture must fail), and their own assertions check those errors.
@@ -24,6 +27,7 @@ sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanit
 tools="${ZS_SANITIZERS:-memcheck racecheck synccheck initcheck}"
 shards="${ZS_SANITIZER_SHARDS:-8}"
 limit="${ZS_SANITIZER_TIMEOUT:-240}"
+print_limit="${ZS_SANITIZER_PRINT_LIMIT:-20}"
 # Deliberately failing demos and tests that only check host-side parsing are the same under the
 # tools; they still run (a sanitizer finding in any of them counts).
 summary="$out/sanitizer.md"
@@ -40,10 +44,16 @@ for tool in $tools; do
   t0=$(date +%s)
   for i in $(seq 0 $((shards - 1))); do
     GTEST_TOTAL_SHARDS=$shards GTEST_SHARD_INDEX=$i OMP_WAIT_POLICY=passive \
-      timeout "$limit" "$sanitizer" --tool "$tool" $extra --print-limit 20 --error-exitcode 99 \
-      "$bin" --gtest_brief=1 --gtest_filter="$filter" > "$out/san-$tool-$i.log" 2>&1 &
+      timeout "$limit" "$sanitizer" --tool "$tool" $extra --print-limit "$print_limit" --error-exitcode 99 \
+      "$bin" --gtest_filter="$filter" 2>&1 | grep -v "Host Frame" > "$out/san-$tool-$i.log" &
   done
   wait
+  # A shard stopped by the time limit names the test it was in: its last RUN without an OK.
+  unfinished=""
+  for i in $(seq 0 $((shards - 1))); do
+    grep -q "ERROR SUMMARY\|RACECHECK SUMMARY" "$out/san-$tool-$i.log" && continue
+    unfinished+=" $(grep -o '^\[ RUN      \] .*' "$out/san-$tool-$i.log" | tail -n1 | sed 's/^\[ RUN      \] //')"
+  done
   cat "$out"/san-"$tool"-*.log > "$out/san-$tool.log"
   rm -f "$out"/san-"$tool"-*.log
   ran=$(grep -ho "^\[==========\] [0-9]* tests\? from" "$out/san-$tool.log" | awk '{s += $2} END {print s + 0}')
@@ -55,6 +65,7 @@ for tool in $tools; do
   done_shards=$(grep -c "ERROR SUMMARY\|RACECHECK SUMMARY" "$out/san-$tool.log")
   failed=$(grep -hc "FAILED TEST\|\[  FAILED  \]" "$out/san-$tool.log" | awk '{s += $1} END {print s + 0}')
   status="$done_shards/$shards shards finished in $(( $(date +%s) - t0 )) s; $failed failed-test lines"
+  [ -n "$unfinished" ] && status+="; stopped in:$unfinished"
   echo "| $tool | $ran | $errors | $warnings | $status |" >> "$summary"
   # Every finding's kernel (the line after it names the first thread's kernel), counted.
   grep -A1 "^========= \(Invalid\|Error\|Warning\|Uninitialized\|Barrier\|Program hit\)" "$out/san-$tool.log" \
