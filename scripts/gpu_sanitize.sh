@@ -45,9 +45,15 @@ for tool in $tools; do
   for i in $(seq 0 $((shards - 1))); do
     GTEST_TOTAL_SHARDS=$shards GTEST_SHARD_INDEX=$i OMP_WAIT_POLICY=passive \
       timeout "$limit" "$sanitizer" --tool "$tool" $extra --print-limit "$print_limit" --error-exitcode 99 \
-      "$bin" --gtest_filter="$filter" 2>&1 | grep -v "Host Frame" > "$out/san-$tool-$i.log" &
+      "$bin" --gtest_filter="$filter" > "$out/san-$tool-$i.raw" 2>&1 &
   done
   wait
+  # Straight to a file, not through a pipe: a test process left behind by a stopped sanitizer
+  # would hold a pipe open and `wait` with it. Host frames are dropped afterwards.
+  for i in $(seq 0 $((shards - 1))); do
+    grep -v "Host Frame" "$out/san-$tool-$i.raw" > "$out/san-$tool-$i.log"
+    rm -f "$out/san-$tool-$i.raw"
+  done
   # A shard stopped by the time limit names the test it was in: its last RUN without an OK.
   unfinished=""
   for i in $(seq 0 $((shards - 1))); do
