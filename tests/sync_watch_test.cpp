@@ -160,7 +160,7 @@ TEST(SyncWatch, KernelsAloneReplayCleanlyWithRightResults) {
   const auto body = [&] {
     const zs::ExecSpace& exec = stream.exec();
     Kokkos::parallel_for("zs::test::iota", Kokkos::RangePolicy<zs::ExecSpace>(exec, 0, kN), Iota{x});
-    Kokkos::parallel_reduce("zs::test::sum", Kokkos::RangePolicy<zs::ExecSpace>(exec, 0, kN), Sum{x}, total);
+    Kokkos::parallel_reduce("zs::test::sum", Sum::policy(exec, kN), Sum{x}, total);
     Kokkos::parallel_for("zs::test::row_sums", Kokkos::TeamPolicy<zs::ExecSpace>(exec, kRows, Kokkos::AUTO),
                          TeamRowSums{x, rows, kN / kRows});
   };
@@ -215,7 +215,7 @@ TEST(SyncWatch, AReductionIntoAHostScalarFencesAndIntoADeviceViewDoesNot) {
   zs::DeviceFloats x("zs::test::x", kN);
   zs::DeviceScalar<float> on_device("zs::test::sum");
   float on_host = 0;
-  const auto policy = Kokkos::RangePolicy<zs::ExecSpace>(stream.exec(), 0, kN);
+  const auto policy = Sum::policy(stream.exec(), kN);
   Kokkos::parallel_reduce("zs::test::sum", policy, Sum{x}, on_device);  // first use sizes scratch
   Kokkos::parallel_reduce("zs::test::sum", policy, Sum{x}, on_host);
   stream.synchronize();

@@ -24,14 +24,28 @@ KOKKOS_INLINE_FUNCTION std::uint64_t fingerprint_term(std::uint64_t position, fl
   return counter_rng_mix((position << 32) ^ bits ^ 0x5bd1e9955bd1e995ull);
 }
 
-// Elements [0, a.size) of a, then b, as one sequence of positions.
+// Elements [0, a.size) of a, then b, as one sequence of positions; a team per chunk of
+// positions. A team reduction, not a RangePolicy one: Kokkos 3.4's RangePolicy reduction on CUDA
+// shares partial sums between a warp's lanes through shared memory without a warp barrier
+// between each read and the next write, which compute-sanitizer's racecheck reports as hazards
+// (docs/gpu.md); the team reduction combines lanes with shuffles.
 template <class Exec>
 struct Fingerprint {
   using value_type = std::uint64_t;
+  using Member = typename Kokkos::TeamPolicy<Exec>::member_type;
+  static constexpr std::int64_t kChunk = 4096;
   Kokkos::View<const float*, typename Exec::memory_space> a, b;
-  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t i, std::uint64_t& sum) const {
+  std::int64_t size() const { return static_cast<std::int64_t>(a.extent(0) + b.extent(0)); }
+  int league() const { return static_cast<int>(size() / kChunk + 1); }
+  // Every thread adds its own positions to its own `sum`; Kokkos adds the threads' sums.
+  KOKKOS_INLINE_FUNCTION void operator()(const Member& team, std::uint64_t& sum) const {
     const auto na = static_cast<std::int64_t>(a.extent(0));
-    sum += fingerprint_term(static_cast<std::uint64_t>(i), i < na ? a(i) : b(i - na));
+    const std::int64_t n = na + static_cast<std::int64_t>(b.extent(0));
+    const std::int64_t begin = team.league_rank() * kChunk;
+    const std::int64_t end = begin + kChunk < n ? begin + kChunk : n;
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, begin, end < begin ? begin : end), [&](const std::int64_t i) {
+      sum += fingerprint_term(static_cast<std::uint64_t>(i), i < na ? a(i) : b(i - na));
+    });
   }
 };
 
@@ -53,10 +67,8 @@ template <class Exec>
 void fingerprint(const Exec& exec, const Kokkos::View<const float*, typename Exec::memory_space>& a,
                  const Kokkos::View<const float*, typename Exec::memory_space>& b,
                  const Kokkos::View<std::uint64_t, typename Exec::memory_space>& sum) {
-  const auto n = static_cast<std::int64_t>(a.extent(0) + b.extent(0));
-  Kokkos::parallel_reduce("zs::param_fingerprint",
-                          Kokkos::RangePolicy<Exec, Kokkos::IndexType<std::int64_t>>(exec, 0, n),
-                          Fingerprint<Exec>{a, b}, sum);
+  const Fingerprint<Exec> f{a, b};
+  Kokkos::parallel_reduce("zs::param_fingerprint", Kokkos::TeamPolicy<Exec>(exec, f.league(), Kokkos::AUTO), f, sum);
 }
 
 }  // namespace zs::kernels

@@ -31,7 +31,7 @@ class UnderATool : public ::testing::Test {
     ASSERT_NE(kt::get_callbacks().begin_parallel_for, nullptr)
         << "run with --kokkos-tools-library=<the fencing_tool library>";
     iota("zs::test::warm_up");
-    Kokkos::parallel_reduce("zs::test::sum", policy(), Sum{x}, sum);  // first use sizes scratch
+    Kokkos::parallel_reduce("zs::test::sum", Sum::policy(stream.exec(), kN), Sum{x}, sum);  // first use sizes scratch
     stream.synchronize();
   }
   Kokkos::RangePolicy<zs::ExecSpace> policy() const { return {stream.exec(), 0, kN}; }
@@ -57,7 +57,7 @@ TEST_F(UnderATool, KokkosFencesBeforeTheToolsLaunchCallback) {
 TEST_F(UnderATool, KernelsAloneAreClean) {
   zs::SyncWatch watch;
   iota("zs::test::iota");
-  Kokkos::parallel_reduce("zs::test::sum", policy(), Sum{x}, sum);
+  Kokkos::parallel_reduce("zs::test::sum", Sum::policy(stream.exec(), kN), Sum{x}, sum);
   iota("zs::test::iota");
   EXPECT_EQ(joined(watch.findings()), "");
 }
