@@ -1,0 +1,100 @@
+// zs::WarpTile (backends/warp_tile.hpp) against a naive double-precision product: a team of one
+// team thread per 16 × 8 tile of C = A·Bᵀ, fresh random inputs, FP32's tolerance on the host and
+// TF32's on CUDA (where the tile runs on the tensor cores); and the accumulator's element map:
+// every element of C written once, by whichever lane holds it.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstddef>
+#include <vector>
+
+#include "backends/stream.hpp"
+#include "backends/warp_tile.hpp"
+#include "test_util.hpp"
+
+namespace {
+
+using Matrix = Kokkos::View<float**, Kokkos::LayoutRight, zs::MemSpace>;
+using Counts = Kokkos::View<int**, Kokkos::LayoutRight, zs::MemSpace>;
+using Tile = zs::WarpTile<zs::ExecSpace>;
+
+// C = A·Bᵀ for A [M, K], B [N, K]: a league rank per tile of C, row-block major; counts(m, n)
+// counts the writes of each element.
+struct TileProduct {
+  using Member = Kokkos::TeamPolicy<zs::ExecSpace>::member_type;
+  Kokkos::View<const float**, Kokkos::LayoutRight, zs::MemSpace> a, b;
+  Matrix c;
+  Counts counts;
+  KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
+    const int tiles_n = static_cast<int>(b.extent(0)) / Tile::kN;
+    const int m0 = team.league_rank() / tiles_n * Tile::kM, n0 = team.league_rank() % tiles_n * Tile::kN;
+    const int k = static_cast<int>(a.extent(1));
+    Tile t;
+    t.zero();
+    for (int k0 = 0; k0 < k; k0 += Tile::kK) t.mma(&a(m0, k0), k, &b(n0, k0), k);
+    t.for_each([&](int m, int n, float v) {
+      c(m0 + m, n0 + n) = v;
+      Kokkos::atomic_add(&counts(m0 + m, n0 + n), 1);
+    });
+  }
+};
+
+Matrix upload(const std::vector<float>& h, int rows, int cols) {
+  Matrix d("zs::test::matrix", rows, cols);
+  auto m = Kokkos::create_mirror_view(d);
+  for (int i = 0; i < rows; ++i)
+    for (int j = 0; j < cols; ++j) m(i, j) = h[std::size_t(i) * cols + j];
+  Kokkos::deep_copy(d, m);
+  return d;
+}
+
+}  // namespace
+
+TEST(WarpTile, ProductMatchesADoubleReferenceAndWritesEveryElementOnce) {
+  struct Shape {
+    int m, n, k;
+  };
+  // One tile; several tiles each way with a long k (accumulation over 32 steps); the reference
+  // trunk's first layer (48 inputs) on 64 rows.
+  for (const Shape s : {Shape{16, 8, 8}, Shape{48, 40, 256}, Shape{64, 256, 48}}) {
+    const auto seed = zs::test::fresh_seed();
+    SCOPED_TRACE(testing::Message() << s.m << " x " << s.n << " x " << s.k << ", seed " << seed);
+    const auto ha = zs::test::random_normal(std::size_t(s.m) * s.k, seed);
+    const auto hb = zs::test::random_normal(std::size_t(s.n) * s.k, seed + 1, 0.5f);
+    const Matrix a = upload(ha, s.m, s.k), b = upload(hb, s.n, s.k);
+    Matrix c("zs::test::c", s.m, s.n);
+    Counts counts("zs::test::counts", s.m, s.n);
+    Kokkos::deep_copy(c, std::nanf(""));
+    zs::Stream stream;
+    const int tiles = (s.m / Tile::kM) * (s.n / Tile::kN);
+    Kokkos::parallel_for("zs::test::warp_tile", Kokkos::TeamPolicy<zs::ExecSpace>(stream.exec(), tiles, 1, Tile::kVectorLength),
+                         TileProduct{a, b, c, counts});
+    stream.synchronize();
+    const auto hc = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), c);
+    const auto hn = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), counts);
+    // TF32 keeps 10 of FP32's 23 mantissa bits: each input is off by up to 2^-11 relative.
+    const double rel = Tile::kRoundsToTf32 ? 2e-3 : 1e-5;
+    int bad = 0;
+    for (int i = 0; i < s.m; ++i)
+      for (int j = 0; j < s.n; ++j) {
+        double ref = 0, scale = 0;
+        for (int k = 0; k < s.k; ++k) {
+          const double p = double(ha[std::size_t(i) * s.k + k]) * hb[std::size_t(j) * s.k + k];
+          ref += p;
+          scale += std::abs(p);
+        }
+        EXPECT_EQ(hn(i, j), 1) << "C(" << i << ", " << j << ") written " << hn(i, j) << " times";
+        if (!(std::abs(hc(i, j) - ref) <= rel * scale + 1e-6) && ++bad <= 5)
+          ADD_FAILURE() << "C(" << i << ", " << j << ") = " << hc(i, j) << ", reference " << ref << ", allowed "
+                        << rel * scale + 1e-6;
+      }
+    EXPECT_EQ(bad, 0);
+  }
+}
+
+TEST(WarpTile, TheVectorLengthFitsTheBackend) {
+  // On CUDA the tile is one warp's (the lane is the vector lane); on the host a team thread
+  // holds the whole accumulator.
+  EXPECT_EQ(Tile::kVectorLength, Tile::kRoundsToTf32 ? 32 : 1);
+  EXPECT_EQ(Tile::kM * Tile::kN, 128);
+}
