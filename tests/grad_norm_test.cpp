@@ -1,6 +1,8 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstddef>
 #include <limits>
 #include <string>
@@ -79,4 +81,35 @@ TEST(GradNorm, EmptyBufferIsAClearError) {
   } catch (const zs::Error& e) {
     EXPECT_NE(std::string(e.what()).find("empty"), std::string::npos) << e.what();
   }
+}
+
+TEST(GradNorm, ChunksFollowTheLengthUpToTheScratchsLimit) {
+  zs::Stream stream;
+  const auto& exec = stream.exec();
+  constexpr bool host = Kokkos::SpaceAccessibility<Kokkos::HostSpace, zs::MemSpace>::accessible;
+  const int per_team = zs::kernels::kNormTeamSize * zs::kernels::kNormElementsPerThread;
+  for (const std::int64_t n : {std::int64_t{1}, std::int64_t{per_team}, std::int64_t{per_team + 1}, std::int64_t{3000017}}) {
+    const int got = zs::kernels::grad_norm_chunks(exec, n, 64);
+    const std::int64_t want = host ? std::min(64, exec.concurrency()) : std::min<std::int64_t>(64, (n + per_team - 1) / per_team);
+    EXPECT_EQ(got, std::max<std::int64_t>(1, want)) << "n = " << n;
+  }
+  // A scratch of at most 3 chunks: long buffers are cut into 3 on a device (into as many as the
+  // host has threads, up to 3, here), and the norms of several buffers in one launch still match
+  // the reference.
+  zs::kernels::GradNormsScratch<zs::ExecSpace> scratch;
+  scratch.chunks = 3;
+  scratch.partials = Kokkos::View<double*, zs::MemSpace>("partials", zs::kernels::kMaxTerms * 3);
+  scratch.done = Kokkos::View<int*, zs::MemSpace>("done", zs::kernels::kMaxTerms);
+  const auto seed = zs::test::fresh_seed();
+  SCOPED_TRACE(seed);
+  const auto a = zs::test::random_normal(100003, seed), b = zs::test::random_normal(100003, seed + 1, 1e3f);
+  auto da = zs::test::to_device(a), db = zs::test::to_device(b);
+  zs::DeviceScalar<double> na("na"), nb("nb");
+  zs::kernels::grad_norms(exec, {zs::ConstDeviceFloats(da), zs::ConstDeviceFloats(db)}, {na, nb}, scratch);
+  stream.synchronize();
+  double ha = 0, hb = 0;
+  Kokkos::deep_copy(ha, na);
+  Kokkos::deep_copy(hb, nb);
+  EXPECT_NEAR(ha, reference_norm(a), 1e-10 * reference_norm(a));
+  EXPECT_NEAR(hb, reference_norm(b), 1e-10 * reference_norm(b));
 }
