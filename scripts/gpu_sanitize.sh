@@ -49,14 +49,12 @@ for tool in $tools; do
   done
   wait
   # Straight to a file, not through a pipe: a test process left behind by a stopped sanitizer
-  # would hold a pipe open and `wait` with it. Host frames are dropped afterwards.
+  # would hold a pipe open and `wait` with it. Host frames are dropped afterwards. A shard
+  # stopped by the time limit names the test it was in: its last RUN without an OK.
+  unfinished=""
   for i in $(seq 0 $((shards - 1))); do
     grep -v "Host Frame" "$out/san-$tool-$i.raw" > "$out/san-$tool-$i.log"
     rm -f "$out/san-$tool-$i.raw"
-  done
-  # A shard stopped by the time limit names the test it was in: its last RUN without an OK.
-  unfinished=""
-  for i in $(seq 0 $((shards - 1))); do
     grep -q "ERROR SUMMARY\|RACECHECK SUMMARY" "$out/san-$tool-$i.log" && continue
     unfinished+=" $(grep -o '^\[ RUN      \] .*' "$out/san-$tool-$i.log" | tail -n1 | sed 's/^\[ RUN      \] //')"
   done

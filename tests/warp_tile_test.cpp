@@ -39,15 +39,6 @@ struct TileProduct {
   }
 };
 
-Matrix upload(const std::vector<float>& h, int rows, int cols) {
-  Matrix d("zs::test::matrix", rows, cols);
-  auto m = Kokkos::create_mirror_view(d);
-  for (int i = 0; i < rows; ++i)
-    for (int j = 0; j < cols; ++j) m(i, j) = h[std::size_t(i) * cols + j];
-  Kokkos::deep_copy(d, m);
-  return d;
-}
-
 }  // namespace
 
 TEST(WarpTile, ProductMatchesADoubleReferenceAndWritesEveryElementOnce) {
@@ -61,7 +52,9 @@ TEST(WarpTile, ProductMatchesADoubleReferenceAndWritesEveryElementOnce) {
     SCOPED_TRACE(testing::Message() << s.m << " x " << s.n << " x " << s.k << ", seed " << seed);
     const auto ha = zs::test::random_normal(std::size_t(s.m) * s.k, seed);
     const auto hb = zs::test::random_normal(std::size_t(s.n) * s.k, seed + 1, 0.5f);
-    const Matrix a = upload(ha, s.m, s.k), b = upload(hb, s.n, s.k);
+    const Matrix a("zs::test::a", s.m, s.k), b("zs::test::b", s.n, s.k);
+    zs::test::upload(ha, a);  // row-major: the vectors' order
+    zs::test::upload(hb, b);
     Matrix c("zs::test::c", s.m, s.n);
     Counts counts("zs::test::counts", s.m, s.n);
     Kokkos::deep_copy(c, std::nanf(""));
