@@ -40,6 +40,31 @@ BENCHMARK(BM_Step)
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 
+// The graph-replayed step with the side lane (1, the default) and without (0): what running the
+// weight gradients beside the input gradients buys. Args: side, batch, trunk width, head width,
+// auxiliaries (7: IQN, ensemble and CQL on; 0: plain).
+void BM_StepSideLane(benchmark::State& state) {
+  zs::Config c = bench_config(static_cast<int>(state.range(2)), static_cast<int>(state.range(3)));
+  if (state.range(4) != 0) {
+    c.iqn.on = c.cql.on = true;
+    c.ensemble.k = 2;
+  }
+  zs::TrainerOptions opt;
+  opt.side_lane = state.range(0) != 0;
+  opt.batch_size = static_cast<int>(state.range(1));
+  zs::Trainer t(c, opt);
+  fill_batch(t);
+  zs::bench::time_on_stream(state, t.stream(), [&] { t.step(); }, 20);
+  state.counters["graph_nodes"] = static_cast<double>(t.graph_nodes());
+}
+BENCHMARK(BM_StepSideLane)
+    ->ArgNames({"side", "B", "width", "heads", "aux"})
+    ->ArgsProduct({{0, 1}, {256}, {256}, {128}, {0, 7}})
+    ->Args({0, 4096, 512, 256, 0})
+    ->Args({1, 4096, 512, 256, 0})
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
+
 // One phase of the direct-launch step, spectral norm on: arg 0 is the phase, arg 1 picks the
 // reference config (0: B = 256) or the large one (1: B = 4096, trunk 512 × 512, heads 256).
 void BM_StepPhase(benchmark::State& state) {

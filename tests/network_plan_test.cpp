@@ -16,6 +16,8 @@
 #include <nlohmann/json.hpp>
 
 #include "backends/gemm.hpp"
+#include "backends/graph.hpp"
+#include "backends/side_lane.hpp"
 #include "kernels/dense_batch.hpp"
 #include "nn/network_plan.hpp"
 #include "test_util.hpp"
@@ -243,4 +245,75 @@ TEST(NetworkPlan, PassesThatDoNotFitAreRefused) {
   EXPECT_NE(zs::test::error_of([&] { zs::ForwardPlan(net, {{&online, narrow, &acts, 0}}); }).find("expected [4, 7]"),
             std::string::npos);
   (void)eight;
+}
+
+// With a side lane the weight gradients and every other output width run on a second stream
+// (CUDA), forked and joined by events. Each product computes exactly what it computed on the
+// main stream, so the results are the same bits, enqueued directly and replayed from a captured
+// graph: a missing fork would read half-written inputs, a missing join would race the next
+// replay, and a side never joined fails the capture.
+TEST(NetworkPlan, ASideLaneChangesNoBitDirectlyOrInAGraph) {
+  const auto seed = zs::test::fresh_seed();
+  SCOPED_TRACE(testing::Message() << "seed " << seed);
+  const auto c = plan_config(seed);
+  const int B = 23;
+  const zs::ParamLayout layout(c);
+  zs::Stream stream;
+  const auto& exec = stream.exec();
+  zs::Gemm gemm(stream, zs::Precision::fp32);
+  const zs::SideLane side(stream, zs::Precision::fp32);
+  const zs::Network net(c, layout);
+  zs::ParamBuffer online(layout, "online"), target(layout, "target"), grad(layout, "grad"), grad_side(layout, "gside");
+  fill(online.flat(), seed + 1, 0.4f);
+  fill(target.flat(), seed + 2, 0.4f);
+  zs::DeviceFloats states("states", std::size_t(2) * B * c.state_dim);
+  fill(states, seed + 3, 1.f);
+  const zs::ConstMatrixView s(states.data(), B, c.state_dim), s2(states.data() + std::size_t(B) * c.state_dim, B, c.state_dim);
+  zs::Activations on(c, 2 * B), tg(c, B), on_side(c, 2 * B), tg_side(c, B);
+  const zs::ForwardPlan fwd(net, {{&online, s, &on, 0}, {&online, s2, &on, B}, {&target, s2, &tg, 0}});
+  const zs::ForwardPlan fwd_side(net, {{&online, s, &on_side, 0}, {&online, s2, &on_side, B}, {&target, s2, &tg_side, 0}});
+  zs::Gradients g(c, B), g_side(c, B);
+  const zs::BackwardPlan bwd(net, online, s, on, g, grad);
+  const zs::BackwardPlan bwd_side(net, online, s, on_side, g_side, grad_side);
+  // Output widths 5, 20, 10, 15: two of the four forward output batches go to the side; so do
+  // the four output and the one hidden weight-gradient batches and the 3 trunk layers'.
+  EXPECT_EQ(fwd_side.side_launches(), 2);
+  EXPECT_EQ(bwd_side.side_launches(), 4 + 1 + 3);
+
+  auto compare = [&](const char* how) {
+    stream.synchronize();
+    EXPECT_TRUE(zs::test::same_bits(to_host(on.logp), to_host(on_side.logp))) << how;
+    EXPECT_TRUE(zs::test::same_bits(to_host(tg.logp), to_host(tg_side.logp))) << how;
+    EXPECT_TRUE(zs::test::same_bits(to_host(grad.flat()), to_host(grad_side.flat()))) << how;
+    EXPECT_TRUE(zs::test::same_bits(to_host(g.d_trunk[0]), to_host(g_side.d_trunk[0]))) << how;
+  };
+  auto plain = [&] {
+    fwd.enqueue(exec, gemm);
+    bwd.enqueue(exec, gemm);
+  };
+  auto beside = [&] {
+    fwd_side.enqueue(exec, gemm, &side);
+    bwd_side.enqueue(exec, gemm, &side);
+  };
+  for (auto* x : {&g, &g_side}) {
+    fill(x->d_value_out, seed + 4, 1.f);
+    fill(x->d_branch_out, seed + 5, 1.f);
+  }
+  plain();
+  beside();
+  compare("enqueued directly");
+
+  // New inputs each replay, so a replay that read stale data would differ.
+  zs::Graph with_side, without;
+  with_side.capture(stream, beside);
+  without.capture(stream, plain);
+  for (int r = 0; r < 3; ++r) {
+    fill(states, seed + 10 + r, 1.f);
+    fill(online.flat(), seed + 20 + r, 0.4f);
+    for (auto* x : {&g, &g_side}) fill(x->d_branch_out, seed + 30 + r, 1.f);
+    stream.synchronize();
+    without.replay(stream);
+    with_side.replay(stream);
+    compare("replayed from a graph");
+  }
 }

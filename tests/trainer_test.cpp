@@ -157,6 +157,37 @@ TEST(Trainer, GraphReplayEqualsDirectLaunch) {
   EXPECT_EQ(mg->running.steps, 6);
 }
 
+// The side lane (weight gradients on a second stream, forked and joined inside the step's
+// graph) changes no bit of the training: plain and with every auxiliary, whose terms enqueue
+// their own plans and products on it.
+TEST(Trainer, TheSideLaneChangesNoBitOfTheTraining) {
+  const auto seed = zs::test::fresh_seed();
+  SCOPED_TRACE(testing::Message() << "seed " << seed);
+  const auto plain = small_config(seed).to_json();
+  auto everything = plain;
+  everything["iqn"] = {{"n_tau", 3}, {"embed_dim", 4}};
+  everything["ensemble"] = {{"k", 2}};
+  everything["cql"] = true;
+  for (const auto& j : {plain, everything}) {
+    const auto c = zs::Config::from_json(j);
+    zs::TrainerOptions with, without;
+    with.batch_size = without.batch_size = 16;
+    without.side_lane = false;
+    zs::Trainer a(c, with), b(c, without);
+    zs::test::step_on_same_batches(a, b, 6, seed + 100, [](zs::Trainer& x, zs::Trainer& y) {
+      x.step();
+      y.step();
+    });
+    EXPECT_TRUE(a.graph_recorded());
+    EXPECT_TRUE(zs::test::same_bits(host_copy(a.online().flat()), host_copy(b.online().flat()))) << j.dump();
+    EXPECT_TRUE(zs::test::same_bits(host_copy(a.optimizer().m().flat()), host_copy(b.optimizer().m().flat())))
+        << j.dump();
+    const auto ma = a.metrics(), mb = b.metrics();
+    ASSERT_TRUE(ma && mb);
+    EXPECT_EQ(ma->raw_loss, mb->raw_loss);
+  }
+}
+
 // A poisoned batch trips the guard and the step changes nothing: parameters, target, Adam's
 // moments and t, the spectral-norm vectors — in every configuration (plain, spectral norm on,
 // every auxiliary on, a hard target update).

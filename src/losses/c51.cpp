@@ -44,7 +44,7 @@ void c51_loss(const ExecSpace& exec, const Network& net, const Activations& onli
 
 void C51Term::enqueue(const ExecSpace& exec, const Gemm& gemm) {
   c51_loss(exec, ctx_.net, ctx_.online_acts, ctx_.target_acts, ctx_.batch, ctx_.c51, g_);
-  backward_->enqueue(exec, gemm);
+  backward_->enqueue(exec, gemm, ctx_.side);
 }
 
 }  // namespace zs

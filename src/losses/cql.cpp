@@ -26,7 +26,7 @@ void CqlTerm::enqueue(const ExecSpace& exec, const Gemm& gemm) {
   f.widest = 0;
   for (int n : c.branches) f.widest = n > f.widest ? n : f.widest;
   kernels::cql_loss(exec, f, loss());
-  backward_->enqueue(exec, gemm);
+  backward_->enqueue(exec, gemm, ctx_.side);
 }
 
 }  // namespace zs

@@ -38,7 +38,7 @@ EnsembleTerm::EnsembleTerm(const StepContext& ctx, float budget)
 
 void EnsembleTerm::enqueue(const ExecSpace& exec, const Gemm& gemm) {
   const Config& c = ctx_.config;
-  forward_->enqueue(exec, gemm);
+  forward_->enqueue(exec, gemm, ctx_.side);
   kernels::EnsembleLoss<ExecSpace> f;
   f.logp = logp_;
   f.projected = ctx_.c51.projected;
@@ -57,7 +57,7 @@ void EnsembleTerm::enqueue(const ExecSpace& exec, const Gemm& gemm) {
   s.v_min = c.v_min;
   s.delta = (c.v_max - c.v_min) / static_cast<float>(c.atoms - 1);
   kernels::ensemble_spread(exec, s, spread_mean_);
-  backward_->enqueue(exec, gemm);
+  backward_->enqueue(exec, gemm, ctx_.side);
 }
 
 }  // namespace zs

@@ -128,21 +128,28 @@ void IqnTerm::enqueue(const ExecSpace& exec, const Gemm& gemm) {
   kernels::iqn_loss(exec, f, loss());
 
   // Backward: iqn.1, iqn.0, the modulation, iqn.embed; then the trunk from ∂loss/∂features.
+  // The weight gradients go to the side lane, if there is one, each forked after what it reads.
   const ParamBuffer& g = grad();
   const ParamBuffer& p = online_params;
+  const SideLane* side = ctx_.side;
+  auto weight_grad = [&](const ConstMatrixView& dy, const ConstMatrixView& x, const MatrixView& dw) {
+    if (side) side->fork();
+    (side ? side->gemm() : gemm)(Trans::T, Trans::N, 1.f, dy, x, 0.f, dw);
+  };
   const ConstMatrixView hidden(online_.hidden.data(), R, H_), h(online_.h.data(), R, F_), phi(online_.phi.data(), R, F_);
-  gemm(Trans::T, Trans::N, 1.f, as_const(d_out), hidden, 0.f, g.weight(layer_ + 2));
+  weight_grad(as_const(d_out), hidden, g.weight(layer_ + 2));
   const MatrixView dh = as_matrix(d_hidden_, R, H_);
   gemm(Trans::N, Trans::N, 1.f, as_const(d_out), as_const(p.weight(layer_ + 2)), 0.f, dh);
   head_sums_(exec);  // iqn.1's bias; dh through the ReLU mask and iqn.0's bias
-  gemm(Trans::T, Trans::N, 1.f, as_const(dh), h, 0.f, g.weight(layer_ + 1));
+  weight_grad(as_const(dh), h, g.weight(layer_ + 1));
   const MatrixView d_h = as_matrix(d_h_, R, F_), d_phi = as_matrix(d_phi_, R, F_);
   gemm(Trans::N, Trans::N, 1.f, as_const(dh), as_const(p.weight(layer_ + 1)), 0.f, d_h);
   kernels::iqn_modulate_backward<ExecSpace>(
       exec, {as_const(d_h), phi, features, d_phi, as_matrix(g_.d_trunk[T - 1], B_, F_), N_});
-  gemm(Trans::T, Trans::N, 1.f, as_const(d_phi), cos_online, 0.f, g.weight(layer_));
+  weight_grad(as_const(d_phi), cos_online, g.weight(layer_));
   embed_sums_(exec);
-  trunk_->enqueue(exec, gemm);
+  trunk_->enqueue(exec, gemm, side);
+  if (side) side->join();
 }
 
 }  // namespace zs

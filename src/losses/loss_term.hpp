@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "backends/gemm.hpp"
+#include "backends/side_lane.hpp"
 #include "core/config.hpp"
 #include "core/safetensors.hpp"
 #include "losses/term_buffers.hpp"
@@ -46,6 +47,9 @@ struct StepContext {
   // This rank's first sample in the run's global batch (rank × B; 0 alone): a term that draws
   // per sample draws for its global index, so N ranks of B draw what one process of N·B would.
   std::int64_t first_sample = 0;
+  // The step's side lane (nullptr: none): a term enqueues its launch plans with it, so that
+  // their weight gradients run beside the input gradients. Joined before a plan returns.
+  const SideLane* side = nullptr;
 };
 
 class LossTerm {

@@ -13,7 +13,6 @@ namespace {
 
 using kernels::BiasActEntry;
 using kernels::ColumnSumEntry;
-using Op = std::function<void(const ExecSpace&, const Gemm&)>;
 
 // One head of a head set: its hidden layer, its output layer and that layer's width.
 struct Head {
@@ -31,8 +30,35 @@ std::vector<Head> heads_of(const Network& net, const HeadSet& s) {
   return h;
 }
 
-Op gemm_op(GemmBatch batch) {
-  return [batch = std::move(batch)](const ExecSpace&, const Gemm& gemm) { gemm(batch); };
+PlanOp gemm_op(GemmBatch batch, bool side = false) {
+  return {[batch = std::move(batch)](const ExecSpace&, const Gemm& gemm) { gemm(batch); }, side, false};
+}
+
+void enqueue_ops(const std::vector<PlanOp>& ops, const ExecSpace& exec, const Gemm& gemm, const SideLane* side) {
+  bool main_since_fork = true, side_pending = false;
+  for (const PlanOp& op : ops) {
+    if (side && op.side) {
+      // One fork covers every side op until the main stream enqueues something new.
+      if (main_since_fork) side->fork();
+      main_since_fork = false;
+      op.run(side->exec(), side->gemm());
+      side_pending = true;
+      continue;
+    }
+    if (op.joins && side_pending) {
+      side->join();
+      side_pending = false;
+    }
+    op.run(exec, gemm);
+    main_since_fork = true;
+  }
+  if (side_pending) side->join();
+}
+
+int count_side(const std::vector<PlanOp>& ops) {
+  int n = 0;
+  for (const PlanOp& op : ops) n += op.side ? 1 : 0;
+  return n;
 }
 
 // Heads grouped by output width, in head order: one GEMM batch per distinct width.
@@ -78,7 +104,7 @@ ForwardPlan::ForwardPlan(const Network& net, const std::vector<ForwardPass>& pas
     }
     ops_.push_back(gemm_op(GemmBatch(Trans::N, Trans::T, R, out, in, 1.f, 0.f, g)));
     kernels::BiasActLaunch<ExecSpace> bias(b, R);
-    ops_.push_back([bias](const ExecSpace& exec, const Gemm&) { bias(exec); });
+    ops_.push_back({[bias](const ExecSpace& exec, const Gemm&) { bias(exec); }});
   }
 
   std::vector<HeadPass> heads;
@@ -127,18 +153,22 @@ void ForwardPlan::add_heads(const Network& net, const std::vector<HeadPass>& pas
       }
     ops_.push_back(gemm_op(GemmBatch(Trans::N, Trans::T, R, H, c.trunk.back(), 1.f, 0.f, g)));
     kernels::BiasActLaunch<ExecSpace> bias(b, R);
-    ops_.push_back([bias](const ExecSpace& exec, const Gemm&) { bias(exec); });
+    ops_.push_back({[bias](const ExecSpace& exec, const Gemm&) { bias(exec); }});
   }
-  // Every head set has the same widths, so the groups of the first one hold for all.
+  // Every head set has the same widths, so the groups of the first one hold for all. The
+  // groups are independent: every other one goes to the side lane, and those come first, so
+  // that one fork (after the hidden layers' bias) starts them all.
   const std::vector<Head> first = heads_of(net, passes[0].set);
-  for (const auto& group : by_width(first)) {
-    std::vector<GemmEntry> g;
-    for (const HeadPass& x : passes) {
-      const std::vector<Head> heads = heads_of(net, x.set);
-      for (int i : group) g.push_back({hidden_of(x, heads[i]), x.params->weight(heads[i].out).data(), out_of(x, heads[i])});
+  const auto groups = by_width(first);
+  for (int side = 1; side >= 0; --side)
+    for (std::size_t j = side; j < groups.size(); j += 2) {
+      std::vector<GemmEntry> g;
+      for (const HeadPass& x : passes) {
+        const std::vector<Head> heads = heads_of(net, x.set);
+        for (int i : groups[j]) g.push_back({hidden_of(x, heads[i]), x.params->weight(heads[i].out).data(), out_of(x, heads[i])});
+      }
+      ops_.push_back(gemm_op(GemmBatch(Trans::N, Trans::T, R, first[groups[j][0]].width, H, 1.f, 0.f, g), side == 1));
     }
-    ops_.push_back(gemm_op(GemmBatch(Trans::N, Trans::T, R, first[group[0]].width, H, 1.f, 0.f, g)));
-  }
   // The dueling/log-softmax of every pass in one launch, which also adds the output layers'
   // biases as it forms the logits.
   std::vector<kernels::DuelingEntry> duel;
@@ -158,12 +188,14 @@ void ForwardPlan::add_heads(const Network& net, const std::vector<HeadPass>& pas
     duel.push_back(e);
   }
   kernels::DuelingLaunch<ExecSpace> dueling(duel, branch_biases, net.table(), c.atoms);
-  ops_.push_back([dueling](const ExecSpace& exec, const Gemm&) { dueling(exec); });
+  ops_.push_back({[dueling](const ExecSpace& exec, const Gemm&) { dueling(exec); }, false, true});
 }
 
-void ForwardPlan::enqueue(const ExecSpace& exec, const Gemm& gemm) const {
-  for (const auto& op : ops_) op(exec, gemm);
+void ForwardPlan::enqueue(const ExecSpace& exec, const Gemm& gemm, const SideLane* side) const {
+  enqueue_ops(ops_, exec, gemm, side);
 }
+
+int ForwardPlan::side_launches() const { return count_side(ops_); }
 
 BackwardPlan::BackwardPlan(const Network& net, const ParamBuffer& p, const ConstMatrixView& input,
                            const Activations& acts, Gradients& g, const ParamBuffer& grad)
@@ -207,7 +239,7 @@ BackwardPlan::BackwardPlan(const Network& net, const ParamBuffer& p, const Const
     for (const auto& group : groups) {
       std::vector<GemmEntry> e;
       for (int i : group) e.push_back({d_out_of(heads[i]), hidden_of(heads[i]), grad.weight(heads[i].out).data()});
-      ops_.push_back(gemm_op(GemmBatch(Trans::T, Trans::N, heads[group[0]].width, H, B, 1.f, 0.f, e)));
+      ops_.push_back(gemm_op(GemmBatch(Trans::T, Trans::N, heads[group[0]].width, H, B, 1.f, 0.f, e), true));
     }
     for (const auto& group : groups) {
       std::vector<GemmEntry> e;
@@ -221,7 +253,7 @@ BackwardPlan::BackwardPlan(const Network& net, const ParamBuffer& p, const Const
       for (int i = 0; i < n_heads; ++i)
         e.push_back({d_hidden_of(i), 0, 1, hidden_of(heads[i]), d_hidden_of(i), grad.bias(heads[i].hidden).data(), H});
       kernels::ColumnSumLaunch<ExecSpace> sums(e, B);
-      ops_.push_back([sums](const ExecSpace& exec, const Gemm&) { sums(exec); });
+      ops_.push_back({[sums](const ExecSpace& exec, const Gemm&) { sums(exec); }});
     }
     // Hidden layers: weight gradients, and each head's share of ∂loss/∂features (summed below).
     {
@@ -231,7 +263,7 @@ BackwardPlan::BackwardPlan(const Network& net, const ParamBuffer& p, const Const
         w.push_back({d_hidden_of(i), features, grad.weight(heads[i].hidden).data()});
         x.push_back({d_hidden_of(i), p.weight(heads[i].hidden).data(), d_features_.data() + static_cast<std::size_t>(i) * B * F});
       }
-      ops_.push_back(gemm_op(GemmBatch(Trans::T, Trans::N, H, F, B, 1.f, 0.f, w)));
+      ops_.push_back(gemm_op(GemmBatch(Trans::T, Trans::N, H, F, B, 1.f, 0.f, w), true));
       ops_.push_back(gemm_op(GemmBatch(Trans::N, Trans::N, B, F, H, 1.f, 0.f, x)));
     }
   }
@@ -242,16 +274,18 @@ BackwardPlan::BackwardPlan(const Network& net, const ParamBuffer& p, const Const
     ColumnSumEntry e{dz, 0, 1, acts.trunk[i].data(), dz, grad.bias(i).data(), out};
     if (i == T - 1 && n_heads > 0) e.parts = d_features_.data(), e.part_stride = static_cast<std::int64_t>(B) * F, e.n_parts = n_heads;
     kernels::ColumnSumLaunch<ExecSpace> mask({e}, B);
-    ops_.push_back([mask](const ExecSpace& exec, const Gemm&) { mask(exec); });
+    ops_.push_back({[mask](const ExecSpace& exec, const Gemm&) { mask(exec); }});
     const float* x = i == 0 ? input.data() : acts.trunk[i - 1].data();
-    ops_.push_back(gemm_op(GemmBatch(Trans::T, Trans::N, out, in, B, 1.f, 0.f, {{dz, x, grad.weight(i).data()}})));
+    ops_.push_back(gemm_op(GemmBatch(Trans::T, Trans::N, out, in, B, 1.f, 0.f, {{dz, x, grad.weight(i).data()}}), true));
     if (i > 0)
       ops_.push_back(gemm_op(GemmBatch(Trans::N, Trans::N, B, in, out, 1.f, 0.f, {{dz, p.weight(i).data(), g.d_trunk[i - 1].data()}})));
   }
 }
 
-void BackwardPlan::enqueue(const ExecSpace& exec, const Gemm& gemm) const {
-  for (const auto& op : ops_) op(exec, gemm);
+void BackwardPlan::enqueue(const ExecSpace& exec, const Gemm& gemm, const SideLane* side) const {
+  enqueue_ops(ops_, exec, gemm, side);
 }
+
+int BackwardPlan::side_launches() const { return count_side(ops_); }
 
 }  // namespace zs

@@ -12,9 +12,20 @@
 #include <utility>
 #include <vector>
 
+#include "backends/side_lane.hpp"
 #include "nn/network.hpp"
 
 namespace zs {
+
+// One launch of a plan and where it runs when the plan is enqueued with a side lane (without
+// one, every op runs in order on the main stream): a `side` op is forked off at the point it
+// appears in the list, and reads only what the main ops before it wrote; a `joins` op waits for
+// the side first. A plan joins the side at its end, so nothing after it can race the side.
+struct PlanOp {
+  std::function<void(const ExecSpace&, const Gemm&)> run;
+  bool side = false;
+  bool joins = false;
+};
 
 // The buffers a lazily made plan was made for. The actor makes its forward plan at its first
 // act() (a recorded graph's body runs directly once, outside any capture) and remakes it only
@@ -48,10 +59,13 @@ class ForwardPlan {
   // [rows, trunk.back()] with `params`; every HeadActs has `rows` rows.
   ForwardPlan(const Network& net, const ParamBuffer& params, const ConstMatrixView& features,
               const std::vector<std::pair<HeadSet, HeadActs>>& sets);
-  // Enqueues the passes; no allocation, no sync.
-  void enqueue(const ExecSpace& exec, const Gemm& gemm) const;
+  // Enqueues the passes on `exec` (the main stream of `side`, when given); no allocation, no sync.
+  // With a side lane, output layers of some head widths run beside the others.
+  void enqueue(const ExecSpace& exec, const Gemm& gemm, const SideLane* side = nullptr) const;
   // Launches enqueue() makes (GEMM batches, bias kernels, the dueling heads).
   int launches() const { return static_cast<int>(ops_.size()); }
+  // How many of those go to the side lane when there is one.
+  int side_launches() const;
 
  private:
   struct HeadPass {
@@ -62,7 +76,7 @@ class ForwardPlan {
     int row0;  // first row of acts this pass writes
   };
   void add_heads(const Network& net, const std::vector<HeadPass>& passes, int rows);
-  std::vector<std::function<void(const ExecSpace&, const Gemm&)>> ops_;
+  std::vector<PlanOp> ops_;
 };
 
 // One head set's part in a backward pass: its layers, its hidden activations (the first rows
@@ -86,13 +100,17 @@ class BackwardPlan {
   // head sets, the trunk alone, from ∂loss/∂features already in g.d_trunk.back().
   BackwardPlan(const Network& net, const ParamBuffer& params, const ConstMatrixView& input, const Activations& acts,
                const std::vector<HeadSetGrads>& sets, Gradients& g, const ParamBuffer& grad);
-  void enqueue(const ExecSpace& exec, const Gemm& gemm) const;
+  // With a side lane, every weight gradient runs on the side: only the chain of input gradients,
+  // masks and bias sums stays on the main stream.
+  void enqueue(const ExecSpace& exec, const Gemm& gemm, const SideLane* side = nullptr) const;
   int launches() const { return static_cast<int>(ops_.size()); }
+  // How many of those go to the side lane when there is one.
+  int side_launches() const;
 
  private:
   DeviceFloats d_hidden_;    // [heads][rows][head_hidden]: ∂loss/∂(post-ReLU hidden) per head
   DeviceFloats d_features_;  // [heads][rows][trunk.back()]: each head's share of ∂loss/∂features
-  std::vector<std::function<void(const ExecSpace&, const Gemm&)>> ops_;
+  std::vector<PlanOp> ops_;
 };
 
 }  // namespace zs

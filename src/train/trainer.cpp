@@ -22,6 +22,7 @@ Trainer::Trainer(const Config& config, const TrainerOptions& options)
       options_(options),
       layout_(layout_for(config_)),
       gemm_(stream_, config_.precision),
+      side_(options.side_lane ? std::make_unique<SideLane>(stream_, config_.precision) : nullptr),
       net_(config_, layout_),
       online_(layout_, "zs::online"),
       target_(layout_, "zs::target"),
@@ -32,7 +33,7 @@ Trainer::Trainer(const Config& config, const TrainerOptions& options)
       c51_(config_, options.batch_size, buffers_.loss(0)),
       ctx_{config_,      layout_, net_, online_,   target_,
            batch_,       acts_online_, acts_target_, c51_, buffers_,
-           options.group ? std::int64_t{options.group->rank()} * options.batch_size : 0},
+           options.group ? std::int64_t{options.group->rank()} * options.batch_size : 0, side_.get()},
       optimizer_(config_, layout_),
       guard_(options.guard),
       unit_scale_("zs::unit_scale"),
@@ -124,7 +125,7 @@ void Trainer::enqueue_phase(Phase phase) {
       if (spectral_) spectral_->apply(exec, online_.flat(), guard_.skip_flag());
       break;
     case Phase::forward:
-      forward_plan_->enqueue(exec, gemm_);
+      forward_plan_->enqueue(exec, gemm_, side_.get());
       break;
     case Phase::loss_terms:
       for (auto& t : terms_) t->enqueue(exec, gemm_);

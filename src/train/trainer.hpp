@@ -19,6 +19,7 @@
 #include "backends/gemm.hpp"
 #include "backends/graph.hpp"
 #include "backends/mailbox.hpp"
+#include "backends/side_lane.hpp"
 #include "kernels/grad_norm.hpp"
 #include "kernels/term_record.hpp"
 #include "losses/c51.hpp"
@@ -44,6 +45,10 @@ struct TrainerOptions {
   ProcessGroup* group = nullptr;
   // The all-reduce even alone, where it changes nothing: tests and benchmarks of its path.
   bool always_reduce = false;
+  // The weight gradients (and some output layers) on a second stream beside the chain of input
+  // gradients: parallel branches of the step's graph on CUDA; the same order on the host. Off:
+  // one stream, for measuring what the side lane buys.
+  bool side_lane = true;
 };
 
 // One loss term's entry in the metrics record, as the host reads it.
@@ -180,6 +185,7 @@ class Trainer {
   ParamLayout layout_;
   Stream stream_;
   Gemm gemm_;
+  std::unique_ptr<SideLane> side_;  // before ctx_, which hands it to the terms
   Network net_;
   ParamBuffer online_, target_;
   DeviceBatch batch_;
