@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <random>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -172,25 +173,48 @@ void fill(const zs::DeviceFloats& d, std::uint64_t seed, float scale) {
   Kokkos::deep_copy(d, Kokkos::View<const float*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>(h.data(), h.size()));
 }
 
+// What the plan tests start from: the plan config's network with random online and target
+// parameters, and 2B random states (s, then s′) in one buffer.
+struct PlanSetup {
+  PlanSetup(std::uint64_t seed, int batch)
+      : c(plan_config(seed)),
+        B(batch),
+        layout(c),
+        gemm(stream, zs::Precision::fp32),
+        net(c, layout),
+        online(layout, "online"),
+        target(layout, "target"),
+        states("states", std::size_t(2) * batch * c.state_dim),
+        s(states.data(), batch, c.state_dim),
+        s2(states.data() + std::size_t(batch) * c.state_dim, batch, c.state_dim) {
+    fill(online.flat(), seed + 1, 0.4f);
+    fill(target.flat(), seed + 2, 0.4f);
+    fill(states, seed + 3, 1.f);
+  }
+  const zs::Config c;
+  const int B;
+  const zs::ParamLayout layout;
+  zs::Stream stream;
+  zs::Gemm gemm;
+  const zs::Network net;
+  zs::ParamBuffer online, target;
+  zs::DeviceFloats states;
+  const zs::ConstMatrixView s, s2;
+};
+
 }  // namespace
 
 TEST(NetworkPlan, ForwardAndBackwardEqualNetworksPerLayerPasses) {
   const auto seed = zs::test::fresh_seed();
   SCOPED_TRACE(testing::Message() << "seed " << seed);
-  const auto c = plan_config(seed);
-  const int B = 19;
-  const zs::ParamLayout layout(c);
-  zs::Stream stream;
+  PlanSetup x(seed, 19);
+  const auto& [c, B, layout, net, s, s2] = std::tie(x.c, x.B, x.layout, x.net, x.s, x.s2);
+  zs::Stream& stream = x.stream;
+  zs::ParamBuffer &online = x.online, &target = x.target;
   const auto& exec = stream.exec();
-  zs::Gemm gemm(stream, zs::Precision::fp32);
-  const zs::Network net(c, layout);
-  zs::ParamBuffer online(layout, "online"), target(layout, "target"), grad(layout, "grad"), grad_ref(layout, "gref");
-  fill(online.flat(), seed + 1, 0.4f);
-  fill(target.flat(), seed + 2, 0.4f);
-  zs::DeviceFloats states("states", std::size_t(2) * B * c.state_dim);
-  fill(states, seed + 3, 1.f);
-  const zs::ConstMatrixView all(states.data(), 2 * B, c.state_dim), s(states.data(), B, c.state_dim),
-      s2(states.data() + std::size_t(B) * c.state_dim, B, c.state_dim);
+  const zs::Gemm& gemm = x.gemm;
+  zs::ParamBuffer grad(layout, "grad"), grad_ref(layout, "gref");
+  const zs::ConstMatrixView all(x.states.data(), 2 * B, c.state_dim);
 
   zs::Activations on(c, 2 * B), tg(c, B), on_ref(c, 2 * B), tg_ref(c, B);
   const zs::ForwardPlan fwd(net, {{&online, s, &on, 0}, {&online, s2, &on, B}, {&target, s2, &tg, 0}});
@@ -204,9 +228,9 @@ TEST(NetworkPlan, ForwardAndBackwardEqualNetworksPerLayerPasses) {
   EXPECT_LT(max_rel(to_host(tg.branch_hidden[3]), as_double(to_host(tg_ref.branch_hidden[3]))), 1e-5);
 
   zs::Gradients g(c, B), g_ref(c, B);
-  for (auto* x : {&g, &g_ref}) {
-    fill(x->d_value_out, seed + 4, 1.f);
-    fill(x->d_branch_out, seed + 5, 1.f);
+  for (auto* grads : {&g, &g_ref}) {
+    fill(grads->d_value_out, seed + 4, 1.f);
+    fill(grads->d_branch_out, seed + 5, 1.f);
   }
   const zs::BackwardPlan bwd(net, online, s, on_ref, g, grad);
   bwd.enqueue(exec, gemm);
@@ -219,7 +243,7 @@ TEST(NetworkPlan, ForwardAndBackwardEqualNetworksPerLayerPasses) {
     std::vector<double> b(want.begin() + t.offset, want.begin() + t.offset + t.size());
     EXPECT_LT(max_rel(a, b), 1e-5) << t.name;
     double largest = 0;
-    for (double x : b) largest = std::max(largest, std::abs(x));
+    for (double v : b) largest = std::max(largest, std::abs(v));
     EXPECT_GT(largest, 0.0) << t.name << ": a gradient of zeros tests nothing";
   }
   // Output widths 5 (value), 20, 10, 15 (branches of 4, 2, 4, 3 actions): 4 GEMM batches.
@@ -255,49 +279,41 @@ TEST(NetworkPlan, PassesThatDoNotFitAreRefused) {
 TEST(NetworkPlan, ASideLaneChangesNoBitDirectlyOrInAGraph) {
   const auto seed = zs::test::fresh_seed();
   SCOPED_TRACE(testing::Message() << "seed " << seed);
-  const auto c = plan_config(seed);
-  const int B = 23;
-  const zs::ParamLayout layout(c);
-  zs::Stream stream;
-  const auto& exec = stream.exec();
-  zs::Gemm gemm(stream, zs::Precision::fp32);
-  const zs::SideLane side(stream, zs::Precision::fp32);
-  const zs::Network net(c, layout);
-  zs::ParamBuffer online(layout, "online"), target(layout, "target"), grad(layout, "grad"), grad_side(layout, "gside");
-  fill(online.flat(), seed + 1, 0.4f);
-  fill(target.flat(), seed + 2, 0.4f);
-  zs::DeviceFloats states("states", std::size_t(2) * B * c.state_dim);
-  fill(states, seed + 3, 1.f);
-  const zs::ConstMatrixView s(states.data(), B, c.state_dim), s2(states.data() + std::size_t(B) * c.state_dim, B, c.state_dim);
-  zs::Activations on(c, 2 * B), tg(c, B), on_side(c, 2 * B), tg_side(c, B);
-  const zs::ForwardPlan fwd(net, {{&online, s, &on, 0}, {&online, s2, &on, B}, {&target, s2, &tg, 0}});
-  const zs::ForwardPlan fwd_side(net, {{&online, s, &on_side, 0}, {&online, s2, &on_side, B}, {&target, s2, &tg_side, 0}});
-  zs::Gradients g(c, B), g_side(c, B);
-  const zs::BackwardPlan bwd(net, online, s, on, g, grad);
-  const zs::BackwardPlan bwd_side(net, online, s, on_side, g_side, grad_side);
+  PlanSetup x(seed, 23);
+  const int B = x.B;
+  const auto& exec = x.stream.exec();
+  const zs::SideLane side(x.stream, zs::Precision::fp32);
+  zs::ParamBuffer grad(x.layout, "grad"), grad_side(x.layout, "gside");
+  zs::Activations on(x.c, 2 * B), tg(x.c, B), on_side(x.c, 2 * B), tg_side(x.c, B);
+  const zs::ForwardPlan fwd(x.net, {{&x.online, x.s, &on, 0}, {&x.online, x.s2, &on, B}, {&x.target, x.s2, &tg, 0}});
+  const zs::ForwardPlan fwd_side(
+      x.net, {{&x.online, x.s, &on_side, 0}, {&x.online, x.s2, &on_side, B}, {&x.target, x.s2, &tg_side, 0}});
+  zs::Gradients g(x.c, B), g_side(x.c, B);
+  const zs::BackwardPlan bwd(x.net, x.online, x.s, on, g, grad);
+  const zs::BackwardPlan bwd_side(x.net, x.online, x.s, on_side, g_side, grad_side);
   // Output widths 5, 20, 10, 15: two of the four forward output batches go to the side; so do
   // the four output and the one hidden weight-gradient batches and the 3 trunk layers'.
   EXPECT_EQ(fwd_side.side_launches(), 2);
   EXPECT_EQ(bwd_side.side_launches(), 4 + 1 + 3);
 
   auto compare = [&](const char* how) {
-    stream.synchronize();
+    x.stream.synchronize();
     EXPECT_TRUE(zs::test::same_bits(to_host(on.logp), to_host(on_side.logp))) << how;
     EXPECT_TRUE(zs::test::same_bits(to_host(tg.logp), to_host(tg_side.logp))) << how;
     EXPECT_TRUE(zs::test::same_bits(to_host(grad.flat()), to_host(grad_side.flat()))) << how;
     EXPECT_TRUE(zs::test::same_bits(to_host(g.d_trunk[0]), to_host(g_side.d_trunk[0]))) << how;
   };
   auto plain = [&] {
-    fwd.enqueue(exec, gemm);
-    bwd.enqueue(exec, gemm);
+    fwd.enqueue(exec, x.gemm);
+    bwd.enqueue(exec, x.gemm);
   };
   auto beside = [&] {
-    fwd_side.enqueue(exec, gemm, &side);
-    bwd_side.enqueue(exec, gemm, &side);
+    fwd_side.enqueue(exec, x.gemm, &side);
+    bwd_side.enqueue(exec, x.gemm, &side);
   };
-  for (auto* x : {&g, &g_side}) {
-    fill(x->d_value_out, seed + 4, 1.f);
-    fill(x->d_branch_out, seed + 5, 1.f);
+  for (auto* grads : {&g, &g_side}) {
+    fill(grads->d_value_out, seed + 4, 1.f);
+    fill(grads->d_branch_out, seed + 5, 1.f);
   }
   plain();
   beside();
@@ -305,15 +321,15 @@ TEST(NetworkPlan, ASideLaneChangesNoBitDirectlyOrInAGraph) {
 
   // New inputs each replay, so a replay that read stale data would differ.
   zs::Graph with_side, without;
-  with_side.capture(stream, beside);
-  without.capture(stream, plain);
+  with_side.capture(x.stream, beside);
+  without.capture(x.stream, plain);
   for (int r = 0; r < 3; ++r) {
-    fill(states, seed + 10 + r, 1.f);
-    fill(online.flat(), seed + 20 + r, 0.4f);
-    for (auto* x : {&g, &g_side}) fill(x->d_branch_out, seed + 30 + r, 1.f);
-    stream.synchronize();
-    without.replay(stream);
-    with_side.replay(stream);
+    fill(x.states, seed + 10 + r, 1.f);
+    fill(x.online.flat(), seed + 20 + r, 0.4f);
+    for (auto* grads : {&g, &g_side}) fill(grads->d_branch_out, seed + 30 + r, 1.f);
+    x.stream.synchronize();
+    without.replay(x.stream);
+    with_side.replay(x.stream);
     compare("replayed from a graph");
   }
 }
