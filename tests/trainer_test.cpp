@@ -29,6 +29,21 @@ zs::Config small_config(std::uint64_t seed) {
 
 std::vector<float> host_copy(const zs::DeviceFloats& d) { return zs::test::to_host(d); }
 
+// `j` with every auxiliary on, at small sizes: IQN (3 quantiles, embedding 4), a 2-member
+// ensemble and CQL.
+nlohmann::json with_every_auxiliary(nlohmann::json j) {
+  j["iqn"] = {{"n_tau", 3}, {"embed_dim", 4}};
+  j["ensemble"] = {{"k", 2}};
+  j["cql"] = true;
+  return j;
+}
+
+// One graph step of each trainer (for step_on_same_batches).
+void step_both(zs::Trainer& x, zs::Trainer& y) {
+  x.step();
+  y.step();
+}
+
 // The kernels and copies enqueued while one lives, by label, through Kokkos' tools hooks: on
 // CUDA each is a node of the step's graph, and each node costs the step a few microseconds.
 class LaunchLog {
@@ -164,20 +179,13 @@ TEST(Trainer, TheSideLaneChangesNoBitOfTheTraining) {
   const auto seed = zs::test::fresh_seed();
   SCOPED_TRACE(testing::Message() << "seed " << seed);
   const auto plain = small_config(seed).to_json();
-  auto everything = plain;
-  everything["iqn"] = {{"n_tau", 3}, {"embed_dim", 4}};
-  everything["ensemble"] = {{"k", 2}};
-  everything["cql"] = true;
-  for (const auto& j : {plain, everything}) {
+  for (const auto& j : {plain, with_every_auxiliary(plain)}) {
     const auto c = zs::Config::from_json(j);
     zs::TrainerOptions with, without;
     with.batch_size = without.batch_size = 16;
     without.side_lane = false;
     zs::Trainer a(c, with), b(c, without);
-    zs::test::step_on_same_batches(a, b, 6, seed + 100, [](zs::Trainer& x, zs::Trainer& y) {
-      x.step();
-      y.step();
-    });
+    zs::test::step_on_same_batches(a, b, 6, seed + 100, step_both);
     EXPECT_TRUE(a.graph_recorded());
     EXPECT_TRUE(zs::test::same_bits(host_copy(a.online().flat()), host_copy(b.online().flat()))) << j.dump();
     EXPECT_TRUE(zs::test::same_bits(host_copy(a.optimizer().m().flat()), host_copy(b.optimizer().m().flat())))
@@ -194,19 +202,12 @@ TEST(Trainer, TheSideLaneChangesNoBitOfTheTraining) {
 TEST(Trainer, GroupedOutputLayersTrainLikeOneLaunchPerWidth) {
   const auto seed = zs::test::fresh_seed();
   SCOPED_TRACE(testing::Message() << "seed " << seed);
-  auto j = small_config(seed).to_json();
-  j["iqn"] = {{"n_tau", 3}, {"embed_dim", 4}};
-  j["ensemble"] = {{"k", 2}};
-  j["cql"] = true;
-  const auto c = zs::Config::from_json(j);
+  const auto c = zs::Config::from_json(with_every_auxiliary(small_config(seed).to_json()));
   zs::TrainerOptions grouped, per_width;
   grouped.batch_size = per_width.batch_size = 16;
   grouped.group_widths = true;
   zs::Trainer a(c, grouped), b(c, per_width);
-  zs::test::step_on_same_batches(a, b, 3, seed + 100, [](zs::Trainer& x, zs::Trainer& y) {
-    x.step();
-    y.step();
-  });
+  zs::test::step_on_same_batches(a, b, 3, seed + 100, step_both);
   const auto pa = host_copy(a.online().flat()), pb = host_copy(b.online().flat());
   double worst = 0, largest = 0;
   for (std::size_t i = 0; i < pa.size(); ++i) {
@@ -226,10 +227,7 @@ TEST(Trainer, NaNBatchTripsTheGuardAndChangesNothing) {
   const auto plain = small_config(seed).to_json();
   auto spectral = plain;
   spectral["spectral_norm"] = 0.5;  // below the init's σ: every projection scales
-  auto everything = spectral;
-  everything["iqn"] = {{"n_tau", 3}, {"embed_dim", 4}};
-  everything["ensemble"] = {{"k", 2}};
-  everything["cql"] = true;
+  const auto everything = with_every_auxiliary(spectral);
   auto hard = spectral;
   hard["hard_update_every"] = 2;
   for (const auto& j : {plain, spectral, everything, hard}) {
@@ -395,11 +393,7 @@ TEST(Trainer, MetricsArriveEveryNthStepWhenAsked) {
 TEST(Trainer, CheckpointWithEveryAuxiliaryResumesBitForBit) {
   const auto seed = zs::test::fresh_seed();
   SCOPED_TRACE(testing::Message() << "seed " << seed);
-  auto j = small_config(seed).to_json();
-  j["iqn"] = {{"n_tau", 3}, {"embed_dim", 4}};
-  j["ensemble"] = {{"k", 2}};
-  j["cql"] = true;
-  const auto c = zs::Config::from_json(j);
+  const auto c = zs::Config::from_json(with_every_auxiliary(small_config(seed).to_json()));
   zs::TrainerOptions opt;
   opt.batch_size = 5;
   const auto hb = zs::random_batch(c, 5, seed + 4);
