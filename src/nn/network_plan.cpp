@@ -86,8 +86,7 @@ std::vector<std::vector<int>> by_width(const std::vector<Head>& heads) {
 
 }  // namespace
 
-ForwardPlan::ForwardPlan(const Network& net, const std::vector<ForwardPass>& passes, PlanOptions options)
-    : options_(options) {
+ForwardPlan::ForwardPlan(const Network& net, const std::vector<ForwardPass>& passes, PlanOptions options) {
   const Config& c = net.config();
   require(!passes.empty(), "ForwardPlan: 0 passes given; expected at least 1");
   const int R = static_cast<int>(passes[0].input.extent(0)), T = static_cast<int>(c.trunk.size());
@@ -121,12 +120,11 @@ ForwardPlan::ForwardPlan(const Network& net, const std::vector<ForwardPass>& pas
   std::vector<HeadPass> heads;
   for (const ForwardPass& x : passes)
     heads.push_back({x.params, row(x.acts->trunk[T - 1], x.row0, F), net.main_heads(), x.acts->heads(), x.row0});
-  add_heads(net, heads, R);
+  add_heads(net, heads, R, options);
 }
 
 ForwardPlan::ForwardPlan(const Network& net, const ParamBuffer& params, const ConstMatrixView& features,
-                         const std::vector<std::pair<HeadSet, HeadActs>>& sets, PlanOptions options)
-    : options_(options) {
+                         const std::vector<std::pair<HeadSet, HeadActs>>& sets, PlanOptions options) {
   const Config& c = net.config();
   const int R = static_cast<int>(features.extent(0));
   require(!sets.empty(), "ForwardPlan: 0 head sets given; expected at least 1");
@@ -138,12 +136,12 @@ ForwardPlan::ForwardPlan(const Network& net, const ParamBuffer& params, const Co
             " rows; expected ", R, " (the features' rows)");
     heads.push_back({&params, features.data(), sets[i].first, sets[i].second, 0});
   }
-  add_heads(net, heads, R);
+  add_heads(net, heads, R, options);
 }
 
 // The head sets of every pass: hidden layers as one GEMM batch, output layers as one batch per
 // width, bias/ReLU as table launches, then the dueling/log-softmax once per distinct logp.
-void ForwardPlan::add_heads(const Network& net, const std::vector<HeadPass>& passes, int R) {
+void ForwardPlan::add_heads(const Network& net, const std::vector<HeadPass>& passes, int R, PlanOptions options) {
   const Config& c = net.config();
   const int H = c.head_hidden;
   auto row = [](const DeviceFloats& f, int row0, int cols) { return f.data() + static_cast<std::size_t>(row0) * cols; };
@@ -181,7 +179,7 @@ void ForwardPlan::add_heads(const Network& net, const std::vector<HeadPass>& pas
     }
     return GemmBatch(Trans::N, Trans::T, R, first[group[0]].width, H, 1.f, 0.f, g);
   };
-  if (options_.group_widths) {
+  if (options.group_widths) {
     std::vector<GemmBatch> batches;
     for (const auto& group : groups) batches.push_back(batch_of(group));
     push_widths(ops_, std::move(batches), true, false);

@@ -82,8 +82,7 @@ class ForwardPlan {
     HeadActs acts;
     int row0;  // first row of acts this pass writes
   };
-  void add_heads(const Network& net, const std::vector<HeadPass>& passes, int rows);
-  PlanOptions options_;
+  void add_heads(const Network& net, const std::vector<HeadPass>& passes, int rows, PlanOptions options);
   std::vector<PlanOp> ops_;
 };
 
