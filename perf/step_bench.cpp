@@ -40,47 +40,25 @@ BENCHMARK(BM_Step)
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 
-// The graph-replayed step of bench_config(width, heads) with `opt`, every auxiliary on when `aux`.
-void time_graph_step(benchmark::State& state, zs::TrainerOptions opt, int batch, int width, int heads, bool aux) {
-  zs::Config c = bench_config(width, heads);
-  if (aux) {
+// The graph-replayed step with the side lane (1, the default) and without (0): what running the
+// weight gradients beside the input gradients buys. Args: side, batch, trunk width, head width,
+// auxiliaries (7: IQN, ensemble and CQL on; 0: plain).
+void BM_StepSideLane(benchmark::State& state) {
+  zs::Config c = bench_config(static_cast<int>(state.range(2)), static_cast<int>(state.range(3)));
+  if (state.range(4) != 0) {
     c.iqn.on = c.cql.on = true;
     c.ensemble.k = 2;
   }
-  opt.batch_size = batch;
+  zs::TrainerOptions opt;
+  opt.side_lane = state.range(0) != 0;
+  opt.batch_size = static_cast<int>(state.range(1));
   zs::Trainer t(c, opt);
   fill_batch(t);
   zs::bench::time_on_stream(state, t.stream(), [&] { t.step(); }, 20);
   state.counters["graph_nodes"] = static_cast<double>(t.graph_nodes());
 }
-
-// The graph-replayed step with the side lane (1, the default) and without (0): what running the
-// weight gradients beside the input gradients buys. Args: side, batch, trunk width, head width,
-// auxiliaries (7: IQN, ensemble and CQL on; 0: plain).
-void BM_StepSideLane(benchmark::State& state) {
-  zs::TrainerOptions opt;
-  opt.side_lane = state.range(0) != 0;
-  time_graph_step(state, opt, static_cast<int>(state.range(1)), static_cast<int>(state.range(2)),
-                  static_cast<int>(state.range(3)), state.range(4) != 0);
-}
 BENCHMARK(BM_StepSideLane)
     ->ArgNames({"side", "B", "width", "heads", "aux"})
-    ->ArgsProduct({{0, 1}, {256}, {256}, {128}, {0, 7}})
-    ->Args({0, 4096, 512, 256, 0})
-    ->Args({1, 4096, 512, 256, 0})
-    ->UseManualTime()
-    ->Unit(benchmark::kMicrosecond);
-
-// The graph-replayed step with the output layers of every width in one grouped GEMM launch (1)
-// or one launch per width (0, the default). Args as BM_StepSideLane's, grouped first.
-void BM_StepGroupWidths(benchmark::State& state) {
-  zs::TrainerOptions opt;
-  opt.group_widths = state.range(0) != 0;
-  time_graph_step(state, opt, static_cast<int>(state.range(1)), static_cast<int>(state.range(2)),
-                  static_cast<int>(state.range(3)), state.range(4) != 0);
-}
-BENCHMARK(BM_StepGroupWidths)
-    ->ArgNames({"grouped", "B", "width", "heads", "aux"})
     ->ArgsProduct({{0, 1}, {256}, {256}, {128}, {0, 7}})
     ->Args({0, 4096, 512, 256, 0})
     ->Args({1, 4096, 512, 256, 0})

@@ -196,28 +196,6 @@ TEST(Trainer, TheSideLaneChangesNoBitOfTheTraining) {
   }
 }
 
-// Grouped output layers (TrainerOptions::group_widths) train like one launch per width, every
-// auxiliary on: the same products, so the parameters after a few steps agree to float rounding
-// (on CUDA the grouped kernel may sum in another order).
-TEST(Trainer, GroupedOutputLayersTrainLikeOneLaunchPerWidth) {
-  const auto seed = zs::test::fresh_seed();
-  SCOPED_TRACE(testing::Message() << "seed " << seed);
-  const auto c = zs::Config::from_json(with_every_auxiliary(small_config(seed).to_json()));
-  zs::TrainerOptions grouped, per_width;
-  grouped.batch_size = per_width.batch_size = 16;
-  grouped.group_widths = true;
-  zs::Trainer a(c, grouped), b(c, per_width);
-  zs::test::step_on_same_batches(a, b, 3, seed + 100, step_both);
-  const auto pa = host_copy(a.online().flat()), pb = host_copy(b.online().flat());
-  double worst = 0, largest = 0;
-  for (std::size_t i = 0; i < pa.size(); ++i) {
-    worst = std::max(worst, std::abs(double(pa[i]) - double(pb[i])));
-    largest = std::max(largest, std::abs(double(pb[i])));
-  }
-  EXPECT_GT(largest, 0.0);
-  EXPECT_LT(worst / largest, 1e-5);
-}
-
 // A poisoned batch trips the guard and the step changes nothing: parameters, target, Adam's
 // moments and t, the spectral-norm vectors — in every configuration (plain, spectral norm on,
 // every auxiliary on, a hard target update).

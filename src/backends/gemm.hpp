@@ -51,20 +51,6 @@ class GemmBatch {
   GemmOut c_of(const GemmEntry& e) const { return GemmOut(e.c, m, n); }
 };
 
-// GemmBatches of different shapes in one launch (cuBLAS' grouped batched GEMM): the output
-// layers of heads of different widths, which a GemmBatch must split by shape. The device
-// pointer tables hold every product, group after group, made once here.
-class GemmGroups {
- public:
-  // Throws zs::Error on no groups.
-  explicit GemmGroups(std::vector<GemmBatch> groups);
-  GemmGroups() = default;
-
-  std::vector<GemmBatch> groups;
-  Kokkos::View<std::uintptr_t*, MemSpace> a_table, b_table, c_table;
-  int count() const { return static_cast<int>(groups.size()); }
-};
-
 class Gemm {
  public:
   Gemm(Stream& stream, Precision precision);
@@ -80,10 +66,6 @@ class Gemm {
   // Every product of `batch`: one launch on CUDA (long reductions one by one, so cuBLAS can
   // split K); on the host, the products shared out over the cores.
   void operator()(const GemmBatch& batch) const;
-
-  // Every product of every group: one launch on CUDA unless a group has a long reduction (then
-  // group by group, as a GemmBatch would run it); on the host, group after group.
-  void operator()(const GemmGroups& groups) const;
 
   Precision precision() const { return precision_; }
   void set_precision(Precision p) { precision_ = p; }

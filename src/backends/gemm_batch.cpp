@@ -29,18 +29,4 @@ GemmBatch::GemmBatch(Trans ta_, Trans tb_, int m_, int n_, int k_, float alpha_,
   c_table = table("zs::gemm_batch::c", [](const GemmEntry& e) -> const void* { return e.c; });
 }
 
-GemmGroups::GemmGroups(std::vector<GemmBatch> groups_) : groups(std::move(groups_)) {
-  require(!groups.empty(), "GemmGroups: 0 groups given; expected at least 1");
-  std::vector<std::uintptr_t> a, b, c;
-  for (const GemmBatch& g : groups)
-    for (const GemmEntry& e : g.entries) {
-      a.push_back(reinterpret_cast<std::uintptr_t>(e.a));
-      b.push_back(reinterpret_cast<std::uintptr_t>(e.b));
-      c.push_back(reinterpret_cast<std::uintptr_t>(e.c));
-    }
-  a_table = device_table<MemSpace>("zs::gemm_groups::a", a);
-  b_table = device_table<MemSpace>("zs::gemm_groups::b", b);
-  c_table = device_table<MemSpace>("zs::gemm_groups::c", c);
-}
-
 }  // namespace zs

@@ -16,7 +16,7 @@ C51Term::C51Term(const StepContext& ctx, float budget)
     : LossTerm("c51", budget, ctx), ctx_(ctx), g_(ctx.config, ctx.batch.size) {
   require(loss().data() == ctx.c51.loss.data(), "C51Term: its loss slot is not the C51 outputs' loss; expected the ",
           "trainer to give the C51 outputs slot 0's loss and to make the C51 term first");
-  backward_ = std::make_unique<BackwardPlan>(ctx.net, ctx.online, ctx.batch.states(), ctx.online_acts, g_, grad(), ctx.plan);
+  backward_ = std::make_unique<BackwardPlan>(ctx.net, ctx.online, ctx.batch.states(), ctx.online_acts, g_, grad());
 }
 
 void c51_loss(const ExecSpace& exec, const Network& net, const Activations& online, const Activations& target,

@@ -32,8 +32,8 @@ EnsembleTerm::EnsembleTerm(const StepContext& ctx, float budget)
     grads.push_back({set, heads_[e], d_value_.data() + std::size_t(e) * B * J, d_branch_.data() + std::size_t(e) * B * A * J});
   }
   const ConstMatrixView features(ctx.online_acts.trunk[T - 1].data(), B, F);
-  forward_ = std::make_unique<ForwardPlan>(ctx.net, ctx.online, features, sets, ctx.plan);
-  backward_ = std::make_unique<BackwardPlan>(ctx.net, ctx.online, ctx.batch.states(), ctx.online_acts, grads, g_, grad(), ctx.plan);
+  forward_ = std::make_unique<ForwardPlan>(ctx.net, ctx.online, features, sets);
+  backward_ = std::make_unique<BackwardPlan>(ctx.net, ctx.online, ctx.batch.states(), ctx.online_acts, grads, g_, grad());
 }
 
 void EnsembleTerm::enqueue(const ExecSpace& exec, const Gemm& gemm) {

@@ -17,7 +17,6 @@
 #include "losses/term_buffers.hpp"
 #include "nn/batch.hpp"
 #include "nn/network.hpp"
-#include "nn/network_plan.hpp"
 #include "nn/param_buffer.hpp"
 
 namespace zs {
@@ -51,8 +50,6 @@ struct StepContext {
   // The step's side lane (nullptr: none): a term enqueues its launch plans with it, so that
   // their weight gradients run beside the input gradients. Joined before a plan returns.
   const SideLane* side = nullptr;
-  // How the terms' launch plans shape their launches.
-  PlanOptions plan{};
 };
 
 class LossTerm {

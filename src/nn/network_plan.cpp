@@ -34,16 +34,6 @@ PlanOp gemm_op(GemmBatch batch, bool side = false) {
   return {[batch = std::move(batch)](const ExecSpace&, const Gemm& gemm) { gemm(batch); }, side, false};
 }
 
-// Batches of different widths: one grouped launch when asked, else one launch per batch.
-void push_widths(std::vector<PlanOp>& ops, std::vector<GemmBatch> batches, bool grouped, bool side) {
-  if (grouped && batches.size() > 1) {
-    GemmGroups groups(std::move(batches));
-    ops.push_back({[groups = std::move(groups)](const ExecSpace&, const Gemm& gemm) { gemm(groups); }, side, false});
-    return;
-  }
-  for (GemmBatch& b : batches) ops.push_back(gemm_op(std::move(b), side));
-}
-
 void enqueue_ops(const std::vector<PlanOp>& ops, const ExecSpace& exec, const Gemm& gemm, const SideLane* side) {
   bool main_since_fork = true, side_pending = false;
   for (const PlanOp& op : ops) {
@@ -86,7 +76,7 @@ std::vector<std::vector<int>> by_width(const std::vector<Head>& heads) {
 
 }  // namespace
 
-ForwardPlan::ForwardPlan(const Network& net, const std::vector<ForwardPass>& passes, PlanOptions options) {
+ForwardPlan::ForwardPlan(const Network& net, const std::vector<ForwardPass>& passes) {
   const Config& c = net.config();
   require(!passes.empty(), "ForwardPlan: 0 passes given; expected at least 1");
   const int R = static_cast<int>(passes[0].input.extent(0)), T = static_cast<int>(c.trunk.size());
@@ -120,11 +110,11 @@ ForwardPlan::ForwardPlan(const Network& net, const std::vector<ForwardPass>& pas
   std::vector<HeadPass> heads;
   for (const ForwardPass& x : passes)
     heads.push_back({x.params, row(x.acts->trunk[T - 1], x.row0, F), net.main_heads(), x.acts->heads(), x.row0});
-  add_heads(net, heads, R, options);
+  add_heads(net, heads, R);
 }
 
 ForwardPlan::ForwardPlan(const Network& net, const ParamBuffer& params, const ConstMatrixView& features,
-                         const std::vector<std::pair<HeadSet, HeadActs>>& sets, PlanOptions options) {
+                         const std::vector<std::pair<HeadSet, HeadActs>>& sets) {
   const Config& c = net.config();
   const int R = static_cast<int>(features.extent(0));
   require(!sets.empty(), "ForwardPlan: 0 head sets given; expected at least 1");
@@ -136,12 +126,12 @@ ForwardPlan::ForwardPlan(const Network& net, const ParamBuffer& params, const Co
             " rows; expected ", R, " (the features' rows)");
     heads.push_back({&params, features.data(), sets[i].first, sets[i].second, 0});
   }
-  add_heads(net, heads, R, options);
+  add_heads(net, heads, R);
 }
 
 // The head sets of every pass: hidden layers as one GEMM batch, output layers as one batch per
 // width, bias/ReLU as table launches, then the dueling/log-softmax once per distinct logp.
-void ForwardPlan::add_heads(const Network& net, const std::vector<HeadPass>& passes, int R, PlanOptions options) {
+void ForwardPlan::add_heads(const Network& net, const std::vector<HeadPass>& passes, int R) {
   const Config& c = net.config();
   const int H = c.head_hidden;
   auto row = [](const DeviceFloats& f, int row0, int cols) { return f.data() + static_cast<std::size_t>(row0) * cols; };
@@ -166,27 +156,19 @@ void ForwardPlan::add_heads(const Network& net, const std::vector<HeadPass>& pas
     ops_.push_back({[bias](const ExecSpace& exec, const Gemm&) { bias(exec); }});
   }
   // Every head set has the same widths, so the groups of the first one hold for all. The
-  // groups are independent. Grouped, they are one launch; otherwise every other one goes to the
-  // side lane, and those come first, so that one fork (after the hidden layers' bias) starts
-  // them all.
+  // groups are independent: every other one goes to the side lane, and those come first, so
+  // that one fork (after the hidden layers' bias) starts them all.
   const std::vector<Head> first = heads_of(net, passes[0].set);
   const auto groups = by_width(first);
-  auto batch_of = [&](const std::vector<int>& group) {
-    std::vector<GemmEntry> g;
-    for (const HeadPass& x : passes) {
-      const std::vector<Head> heads = heads_of(net, x.set);
-      for (int i : group) g.push_back({hidden_of(x, heads[i]), x.params->weight(heads[i].out).data(), out_of(x, heads[i])});
+  for (int side = 1; side >= 0; --side)
+    for (std::size_t j = side; j < groups.size(); j += 2) {
+      std::vector<GemmEntry> g;
+      for (const HeadPass& x : passes) {
+        const std::vector<Head> heads = heads_of(net, x.set);
+        for (int i : groups[j]) g.push_back({hidden_of(x, heads[i]), x.params->weight(heads[i].out).data(), out_of(x, heads[i])});
+      }
+      ops_.push_back(gemm_op(GemmBatch(Trans::N, Trans::T, R, first[groups[j][0]].width, H, 1.f, 0.f, g), side == 1));
     }
-    return GemmBatch(Trans::N, Trans::T, R, first[group[0]].width, H, 1.f, 0.f, g);
-  };
-  if (options.group_widths) {
-    std::vector<GemmBatch> batches;
-    for (const auto& group : groups) batches.push_back(batch_of(group));
-    push_widths(ops_, std::move(batches), true, false);
-  } else {
-    for (int side = 1; side >= 0; --side)
-      for (std::size_t j = side; j < groups.size(); j += 2) ops_.push_back(gemm_op(batch_of(groups[j]), side == 1));
-  }
   // The dueling/log-softmax of every pass in one launch, which also adds the output layers'
   // biases as it forms the logits.
   std::vector<kernels::DuelingEntry> duel;
@@ -216,13 +198,13 @@ void ForwardPlan::enqueue(const ExecSpace& exec, const Gemm& gemm, const SideLan
 int ForwardPlan::side_launches() const { return count_side(ops_); }
 
 BackwardPlan::BackwardPlan(const Network& net, const ParamBuffer& p, const ConstMatrixView& input,
-                           const Activations& acts, Gradients& g, const ParamBuffer& grad, PlanOptions options)
+                           const Activations& acts, Gradients& g, const ParamBuffer& grad)
     : BackwardPlan(net, p, input, acts, {{net.main_heads(), acts.heads(), g.d_value_out.data(), g.d_branch_out.data()}},
-                   g, grad, options) {}
+                   g, grad) {}
 
 BackwardPlan::BackwardPlan(const Network& net, const ParamBuffer& p, const ConstMatrixView& input,
                            const Activations& acts, const std::vector<HeadSetGrads>& sets, Gradients& g,
-                           const ParamBuffer& grad, PlanOptions options) {
+                           const ParamBuffer& grad) {
   const Config& c = net.config();
   const int B = g.rows, T = static_cast<int>(c.trunk.size()), F = c.trunk.back(), H = c.head_hidden;
   require(B <= acts.rows, "BackwardPlan: ", B, " gradient rows but only ", acts.rows, " activation rows");
@@ -254,18 +236,16 @@ BackwardPlan::BackwardPlan(const Network& net, const ParamBuffer& p, const Const
   // Without head sets, g.d_trunk.back() already holds ∂loss/∂features: only the trunk runs.
   if (n_heads > 0) {
     // Output layers: weight gradients, then the gradient into each head's hidden layer.
-    std::vector<GemmBatch> dw, dx;
     for (const auto& group : groups) {
-      std::vector<GemmEntry> w, x;
-      for (int i : group) {
-        w.push_back({d_out_of(heads[i]), hidden_of(heads[i]), grad.weight(heads[i].out).data()});
-        x.push_back({d_out_of(heads[i]), p.weight(heads[i].out).data(), d_hidden_of(i)});
-      }
-      dw.emplace_back(Trans::T, Trans::N, heads[group[0]].width, H, B, 1.f, 0.f, w);
-      dx.emplace_back(Trans::N, Trans::N, B, H, heads[group[0]].width, 1.f, 0.f, x);
+      std::vector<GemmEntry> e;
+      for (int i : group) e.push_back({d_out_of(heads[i]), hidden_of(heads[i]), grad.weight(heads[i].out).data()});
+      ops_.push_back(gemm_op(GemmBatch(Trans::T, Trans::N, heads[group[0]].width, H, B, 1.f, 0.f, e), true));
     }
-    push_widths(ops_, std::move(dw), options.group_widths, true);
-    push_widths(ops_, std::move(dx), options.group_widths, false);
+    for (const auto& group : groups) {
+      std::vector<GemmEntry> e;
+      for (int i : group) e.push_back({d_out_of(heads[i]), p.weight(heads[i].out).data(), d_hidden_of(i)});
+      ops_.push_back(gemm_op(GemmBatch(Trans::N, Trans::N, B, H, heads[group[0]].width, 1.f, 0.f, e)));
+    }
     // Every output bias and, through the ReLU mask, every hidden bias: one launch.
     {
       std::vector<ColumnSumEntry> e;

@@ -17,13 +17,6 @@
 
 namespace zs {
 
-// How a plan shapes its launches.
-struct PlanOptions {
-  // The output layers' products of every width in one grouped launch (GemmGroups) instead of one
-  // GemmBatch per width: at small batches every launch is mostly latency.
-  bool group_widths = false;
-};
-
 // One launch of a plan and where it runs when the plan is enqueued with a side lane (without
 // one, every op runs in order on the main stream): a `side` op is forked off at the point it
 // appears in the list, and reads only what the main ops before it wrote; a `joins` op waits for
@@ -61,11 +54,11 @@ class ForwardPlan {
  public:
   // Every pass has the same row count. The dueling/log-softmax runs once per distinct
   // Activations over all its rows, so the passes should cover each Activations they name.
-  ForwardPlan(const Network& net, const std::vector<ForwardPass>& passes, PlanOptions options = {});
+  ForwardPlan(const Network& net, const std::vector<ForwardPass>& passes);
   // Head sets only (e.g. the ensemble's members), each into its own HeadActs, on `features`
   // [rows, trunk.back()] with `params`; every HeadActs has `rows` rows.
   ForwardPlan(const Network& net, const ParamBuffer& params, const ConstMatrixView& features,
-              const std::vector<std::pair<HeadSet, HeadActs>>& sets, PlanOptions options = {});
+              const std::vector<std::pair<HeadSet, HeadActs>>& sets);
   // Enqueues the passes on `exec` (the main stream of `side`, when given); no allocation, no sync.
   // With a side lane, output layers of some head widths run beside the others.
   void enqueue(const ExecSpace& exec, const Gemm& gemm, const SideLane* side = nullptr) const;
@@ -82,7 +75,7 @@ class ForwardPlan {
     HeadActs acts;
     int row0;  // first row of acts this pass writes
   };
-  void add_heads(const Network& net, const std::vector<HeadPass>& passes, int rows, PlanOptions options);
+  void add_heads(const Network& net, const std::vector<HeadPass>& passes, int rows);
   std::vector<PlanOp> ops_;
 };
 
@@ -101,13 +94,12 @@ class BackwardPlan {
   // `input`), from g.d_value_out and g.d_branch_out into `grad` (every tensor overwritten),
   // like Network::backward. Uses g.d_trunk and its own scratch.
   BackwardPlan(const Network& net, const ParamBuffer& params, const ConstMatrixView& input, const Activations& acts,
-               Gradients& g, const ParamBuffer& grad, PlanOptions options = {});
+               Gradients& g, const ParamBuffer& grad);
   // Several head sets on the one trunk (e.g. the ensemble's members), all into `grad`; the
   // trunk gets the sum of their input gradients; acts supplies the trunk activations. With no
   // head sets, the trunk alone, from ∂loss/∂features already in g.d_trunk.back().
   BackwardPlan(const Network& net, const ParamBuffer& params, const ConstMatrixView& input, const Activations& acts,
-               const std::vector<HeadSetGrads>& sets, Gradients& g, const ParamBuffer& grad,
-               PlanOptions options = {});
+               const std::vector<HeadSetGrads>& sets, Gradients& g, const ParamBuffer& grad);
   // With a side lane, every weight gradient runs on the side: only the chain of input gradients,
   // masks and bias sums stays on the main stream.
   void enqueue(const ExecSpace& exec, const Gemm& gemm, const SideLane* side = nullptr) const;

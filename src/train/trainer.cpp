@@ -33,8 +33,7 @@ Trainer::Trainer(const Config& config, const TrainerOptions& options)
       c51_(config_, options.batch_size, buffers_.loss(0)),
       ctx_{config_,      layout_, net_, online_,   target_,
            batch_,       acts_online_, acts_target_, c51_, buffers_,
-           options.group ? std::int64_t{options.group->rank()} * options.batch_size : 0, side_.get(),
-           PlanOptions{options.group_widths}},
+           options.group ? std::int64_t{options.group->rank()} * options.batch_size : 0, side_.get()},
       optimizer_(config_, layout_),
       guard_(options.guard),
       unit_scale_("zs::unit_scale"),
@@ -59,8 +58,7 @@ Trainer::Trainer(const Config& config, const TrainerOptions& options)
   forward_plan_ = std::make_unique<ForwardPlan>(
       net_, std::vector<ForwardPass>{{&online_, batch_.states(), &acts_online_, 0},
                                      {&online_, batch_.next_states(), &acts_online_, options.batch_size},
-                                     {&target_, batch_.next_states(), &acts_target_, 0}},
-      PlanOptions{options.group_widths});
+                                     {&target_, batch_.next_states(), &acts_target_, 0}});
   init_params(config_.seed);
 }
 

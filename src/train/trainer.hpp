@@ -49,8 +49,6 @@ struct TrainerOptions {
   // gradients: parallel branches of the step's graph on CUDA; the same order on the host. Off:
   // one stream, for measuring what the side lane buys.
   bool side_lane = true;
-  // The output layers of every width in one grouped GEMM launch (PlanOptions::group_widths).
-  bool group_widths = false;
 };
 
 // One loss term's entry in the metrics record, as the host reads it.

@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <cstddef>
-#include <vector>
 
 #include "backends/cuda/check.hpp"
 #include "backends/gemm.hpp"
@@ -22,10 +21,6 @@ namespace zs {
 namespace {
 // From this reduction length on, products of a batch run one by one (see below).
 constexpr int kSplitKBatchRows = 1024;
-
-// A batched call takes no split-K: a weight gradient (k = the batch, a small m × n output)
-// would then run on a handful of blocks. Long reductions over small outputs go one by one.
-bool wants_split_k(const GemmBatch& g) { return g.k >= kSplitKBatchRows && g.k >= 2 * std::max(g.m, g.n); }
 
 cublasOperation_t op(Trans t) { return t == Trans::N ? CUBLAS_OP_N : CUBLAS_OP_T; }
 cublasComputeType_t compute(Precision p) {
@@ -65,7 +60,10 @@ void Gemm::operator()(Trans ta, Trans tb, float alpha, const GemmIn& a, const Ge
 }
 
 void Gemm::operator()(const GemmBatch& g) const {
-  if (g.count() == 1 || wants_split_k(g)) {
+  // A batched call takes no split-K: a weight gradient (k = the batch, a small m × n output)
+  // would then run on a handful of blocks. Long reductions over small outputs and single
+  // products go one by one.
+  if (g.count() == 1 || (g.k >= kSplitKBatchRows && g.k >= 2 * std::max(g.m, g.n))) {
     for (const GemmEntry& e : g.entries) (*this)(g.ta, g.tb, g.alpha, g.a_of(e), g.b_of(e), g.beta, g.c_of(e));
     return;
   }
@@ -75,39 +73,6 @@ void Gemm::operator()(const GemmBatch& g) const {
       reinterpret_cast<const void* const*>(g.a_table.data()), CUDA_R_32F, g.lda(), &g.beta,
       reinterpret_cast<void* const*>(g.c_table.data()), CUDA_R_32F, g.n, g.count(), compute(precision_),
       CUBLAS_GEMM_DEFAULT));
-}
-
-void Gemm::operator()(const GemmGroups& g) const {
-  for (const GemmBatch& batch : g.groups)
-    if (wants_split_k(batch)) {
-      for (const GemmBatch& b : g.groups) (*this)(b);
-      return;
-    }
-  // Column-major per group, as above: B and A swap places. The shape arrays are host memory,
-  // read when the call is enqueued (captured into the graph's node).
-  const int n = g.count();
-  std::vector<cublasOperation_t> ta(n), tb(n);
-  std::vector<int> m(n), nn(n), k(n), lda(n), ldb(n), ldc(n), size(n);
-  std::vector<float> alpha(n), beta(n);
-  for (int i = 0; i < n; ++i) {
-    const GemmBatch& b = g.groups[i];
-    ta[i] = op(b.tb);
-    tb[i] = op(b.ta);
-    m[i] = b.n;
-    nn[i] = b.m;
-    k[i] = b.k;
-    lda[i] = b.ldb();
-    ldb[i] = b.lda();
-    ldc[i] = b.n;
-    alpha[i] = b.alpha;
-    beta[i] = b.beta;
-    size[i] = b.count();
-  }
-  ZS_CUBLAS_CHECK(cublasGemmGroupedBatchedEx(
-      impl_->handle, ta.data(), tb.data(), m.data(), nn.data(), k.data(), alpha.data(),
-      reinterpret_cast<const void* const*>(g.b_table.data()), CUDA_R_32F, lda.data(),
-      reinterpret_cast<const void* const*>(g.a_table.data()), CUDA_R_32F, ldb.data(), beta.data(),
-      reinterpret_cast<void* const*>(g.c_table.data()), CUDA_R_32F, ldc.data(), n, size.data(), compute(precision_)));
 }
 
 }  // namespace zs

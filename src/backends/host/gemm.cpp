@@ -54,8 +54,4 @@ void Gemm::operator()(const GemmBatch& g) const {
   }
 }
 
-void Gemm::operator()(const GemmGroups& g) const {
-  for (const GemmBatch& batch : g.groups) (*this)(batch);
-}
-
 }  // namespace zs
