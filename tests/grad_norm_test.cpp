@@ -99,7 +99,7 @@ TEST(GradNorm, ChunksFollowTheLengthUpToTheScratchsLimit) {
   zs::kernels::GradNormsScratch<zs::ExecSpace> scratch;
   scratch.chunks = 3;
   scratch.partials = Kokkos::View<double*, zs::MemSpace>("partials", zs::kernels::kMaxTerms * 3);
-  scratch.done = Kokkos::View<int*, zs::MemSpace>("done", zs::kernels::kMaxTerms);
+  scratch.done = Kokkos::View<int*, zs::MemSpace>("done", zs::kernels::kMaxTerms + 1);
   const auto seed = zs::test::fresh_seed();
   SCOPED_TRACE(seed);
   const auto a = zs::test::random_normal(100003, seed), b = zs::test::random_normal(100003, seed + 1, 1e3f);
@@ -112,4 +112,62 @@ TEST(GradNorm, ChunksFollowTheLengthUpToTheScratchsLimit) {
   Kokkos::deep_copy(hb, nb);
   EXPECT_NEAR(ha, reference_norm(a), 1e-10 * reference_norm(a));
   EXPECT_NEAR(hb, reference_norm(b), 1e-10 * reference_norm(b));
+}
+
+namespace {
+
+// Copies both norms where the host can see them, and counts its runs.
+struct SeeNorms {
+  Kokkos::View<const double, zs::MemSpace> a, b;
+  Kokkos::View<double*, zs::MemSpace> seen;  // [a, b, runs]
+  KOKKOS_INLINE_FUNCTION void operator()(const int) const {
+    seen(0) = a();
+    seen(1) = b();
+    seen(2) += 1.0;
+  }
+};
+
+}  // namespace
+
+// The tail (the step's guard check and Adam prepare ride there) runs once per launch, after
+// every norm of the launch is written, and leaves its counter so that the next launch — a graph
+// replay — runs it again. Lengths of one chunk and of many, fresh data each launch.
+TEST(GradNorm, TheTailRunsOnceAfterEveryNormOfItsLaunch) {
+  zs::Stream stream;
+  const auto& exec = stream.exec();
+  const auto scratch = zs::kernels::make_grad_norms_scratch(exec);
+  zs::DeviceScalar<double> na("na"), nb("nb");
+  Kokkos::View<double*, zs::MemSpace> seen("seen", 3);
+  for (std::size_t n : {std::size_t{257}, std::size_t{3000017}}) {
+    Kokkos::deep_copy(seen, 0.0);
+    for (int launch = 1; launch <= 3; ++launch) {
+      const auto seed = zs::test::fresh_seed();
+      SCOPED_TRACE(testing::Message() << "n = " << n << ", launch " << launch << ", seed = " << seed);
+      const auto a = zs::test::random_normal(n, seed), b = zs::test::random_normal(n, seed + 1, 1e3f);
+      auto da = zs::test::to_device(a), db = zs::test::to_device(b);
+      Kokkos::deep_copy(na, -1.0);
+      Kokkos::deep_copy(nb, -1.0);
+      zs::kernels::grad_norms(exec, {zs::ConstDeviceFloats(da), zs::ConstDeviceFloats(db)}, {na, nb}, scratch,
+                              SeeNorms{na, nb, seen});
+      stream.synchronize();
+      std::vector<double> h(3);
+      Kokkos::deep_copy(Kokkos::View<double*, Kokkos::HostSpace>(h.data(), 3), seen);
+      EXPECT_NEAR(h[0], reference_norm(a), 1e-10 * reference_norm(a));
+      EXPECT_NEAR(h[1], reference_norm(b), 1e-10 * reference_norm(b));
+      EXPECT_EQ(h[2], double(launch));
+    }
+    // One buffer: the same, through global_grad_norm.
+    const auto seed = zs::test::fresh_seed();
+    SCOPED_TRACE(testing::Message() << "n = " << n << ", one buffer, seed = " << seed);
+    const auto a = zs::test::random_normal(n, seed);
+    auto da = zs::test::to_device(a);
+    Kokkos::deep_copy(nb, 7.0);
+    zs::kernels::global_grad_norm(exec, zs::ConstDeviceFloats(da), na, scratch, SeeNorms{na, nb, seen});
+    stream.synchronize();
+    std::vector<double> h(3);
+    Kokkos::deep_copy(Kokkos::View<double*, Kokkos::HostSpace>(h.data(), 3), seen);
+    EXPECT_NEAR(h[0], reference_norm(a), 1e-10 * reference_norm(a));
+    EXPECT_EQ(h[1], 7.0);
+    EXPECT_EQ(h[2], 4.0);
+  }
 }

@@ -119,18 +119,28 @@ void check_adam_state(const char* who, const StateView& state) {
 // NaN/Inf norm), and unless `skip` is set, t += 1 and the bias corrections for the new t. Run it
 // once per step, before adam_polyak_update. `limit` is fixed for a run (budget fraction ×
 // max_grad_norm), so it is passed by value.
+// The same thread's work as a functor, its arguments checked, for a caller that runs it inside a
+// launch of its own (grad_norms' tail).
+template <class Exec>
+AdamPrepare<Exec> make_adam_prepare(Kokkos::View<double*, typename Exec::memory_space> state,
+                                    Kokkos::View<const int, typename Exec::memory_space> skip,
+                                    Kokkos::View<const double, typename Exec::memory_space> norm,
+                                    Kokkos::View<float, typename Exec::memory_space> scale, const float limit,
+                                    const AdamHyper& hyper) {
+  detail::check_adam_state("adam_prepare", state);
+  detail::check_adam_hyper("adam_prepare", hyper);
+  detail::check_limit("adam_prepare", limit);
+  return AdamPrepare<Exec>{state, skip, norm, scale, hyper.beta1, hyper.beta2, static_cast<double>(limit)};
+}
+
 template <class Exec>
 void adam_prepare(const Exec& exec, Kokkos::View<double*, typename Exec::memory_space> state,
                   Kokkos::View<const int, typename Exec::memory_space> skip,
                   Kokkos::View<const double, typename Exec::memory_space> norm,
                   Kokkos::View<float, typename Exec::memory_space> scale, const float limit,
                   const AdamHyper& hyper) {
-  detail::check_adam_state("adam_prepare", state);
-  detail::check_adam_hyper("adam_prepare", hyper);
-  detail::check_limit("adam_prepare", limit);
   Kokkos::parallel_for("zs::adam_prepare", Kokkos::RangePolicy<Exec>(exec, 0, 1),
-                       AdamPrepare<Exec>{state, skip, norm, scale, hyper.beta1, hyper.beta2,
-                                         static_cast<double>(limit)});
+                       make_adam_prepare<Exec>(state, skip, norm, scale, limit, hyper));
 }
 
 // Enqueues the elementwise Adam step on the flat buffers with g = grads × grad_scale (the clip

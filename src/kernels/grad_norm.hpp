@@ -23,16 +23,36 @@ namespace zs::kernels {
 // (finished_last) adds the chunks' partial sums in chunk order, so the result is the same every run. (Nsight: Kokkos'
 // array reduction kept each thread's four sums in shared memory, 2x slower than four launches.)
 
-template <class Exec>
+// Nothing to run after the norms.
+struct NoTail {
+  KOKKOS_INLINE_FUNCTION void operator()(const int) const {}
+};
+
+template <class Exec, class Tail = NoTail>
 struct SumsOfSquaresSqrt {
   using MS = typename Exec::memory_space;
   using Member = typename Kokkos::TeamPolicy<Exec>::member_type;
   Kokkos::View<const float*, MS> g[kMaxTerms];
   Kokkos::View<double, MS> out[kMaxTerms];
   Kokkos::View<double*, MS> partials;  // [buffer][chunk]
-  Kokkos::View<int*, MS> done;         // per buffer: chunks finished; the last resets it to 0
+  // Per buffer: chunks finished, the last resets it to 0; then, at [kMaxTerms], buffers finished.
+  Kokkos::View<int*, MS> done;
   std::int64_t n = 0;
-  int chunks = 1;
+  int chunks = 1, buffers = 1;
+  // Run by one thread once every out[b] is written (see grad_norms).
+  Tail tail;
+
+  // The team that wrote a buffer's norm counts the buffer done; the last one runs the tail.
+  // Nothing in this launch reads out[] before that, so no SM holds a stale copy of it in L1.
+  KOKKOS_INLINE_FUNCTION void after_norm(const Member& team) const {
+    if constexpr (std::is_same<Tail, NoTail>::value) return;
+    const int all = kMaxTerms;  // a copy: View::operator() takes its index by reference
+    if (!finished_last(team, &done(all), buffers)) return;
+    Kokkos::single(Kokkos::PerTeam(team), [&]() {
+      tail(0);
+      done(all) = 0;
+    });
+  }
 
   KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
     const int b = team.league_rank() / chunks, c = team.league_rank() % chunks;
@@ -48,6 +68,7 @@ struct SumsOfSquaresSqrt {
         sum);
     if (chunks == 1) {
       Kokkos::single(Kokkos::PerTeam(team), [&]() { out[b]() = ::sqrt(sum); });
+      after_norm(team);
       return;
     }
     Kokkos::single(Kokkos::PerTeam(team), [&]() { partials(b * chunks + c) = sum; });
@@ -62,6 +83,7 @@ struct SumsOfSquaresSqrt {
       out[b]() = ::sqrt(total);
       done(b) = 0;
     });
+    after_norm(team);
   }
 };
 
@@ -100,22 +122,26 @@ GradNormsScratch<Exec> make_grad_norms_scratch(const Exec& exec) {
   s.chunks = host ? std::max(1, exec.concurrency()) : kNormMaxChunks;
   s.partials = Kokkos::View<double*, typename Exec::memory_space>(std::string("zs::grad_norms::partials"),
                                                                   kMaxTerms * s.chunks);
-  s.done = Kokkos::View<int*, typename Exec::memory_space>(std::string("zs::grad_norms::done"), kMaxTerms);
+  s.done = Kokkos::View<int*, typename Exec::memory_space>(std::string("zs::grad_norms::done"), kMaxTerms + 1);
   return s;
 }
 
-template <class Exec>
+// With a `tail` (a functor called as tail(0)), one thread runs it after every norm is written, in
+// the same launch: what reads the norms next (the guard, Adam's clip scale) costs no launch.
+template <class Exec, class Tail = NoTail>
 void grad_norms(const Exec& exec, const std::vector<Kokkos::View<const float*, typename Exec::memory_space>>& grads,
                 const std::vector<Kokkos::View<double, typename Exec::memory_space>>& out,
-                const GradNormsScratch<Exec>& scratch) {
+                const GradNormsScratch<Exec>& scratch, const Tail& tail = Tail{}) {
   require(!grads.empty() && grads.size() <= static_cast<std::size_t>(kMaxTerms) && out.size() == grads.size(),
           "grad_norms: ", grads.size(), " buffers and ", out.size(), " results; expected 1 to ", kMaxTerms,
           " buffers with a result each");
   require(scratch.chunks >= 1 && scratch.partials.extent(0) >= static_cast<std::size_t>(kMaxTerms * scratch.chunks) &&
-              scratch.done.extent(0) >= static_cast<std::size_t>(kMaxTerms),
+              scratch.done.extent(0) >= static_cast<std::size_t>(kMaxTerms + 1),
           "grad_norms: scratch of ", scratch.partials.extent(0), " partials for ", scratch.chunks,
           " chunks; expected one from make_grad_norms_scratch");
-  SumsOfSquaresSqrt<Exec> f;
+  SumsOfSquaresSqrt<Exec, Tail> f;
+  f.tail = tail;
+  f.buffers = static_cast<int>(grads.size());
   for (std::size_t b = 0; b < grads.size(); ++b) {
     require(grads[b].extent(0) == grads[0].extent(0) && grads[b].extent(0) > 0, "grad_norms: buffer ", b, " holds ",
             grads[b].extent(0), " floats; expected ", grads[0].extent(0), " like buffer 0, at least 1");
@@ -135,11 +161,12 @@ void grad_norms(const Exec& exec, const std::vector<Kokkos::View<const float*, t
 // Enqueues ‖grad‖₂ into `norm` (grad_norms with one buffer: Kokkos' own reduction is not used,
 // so the step has one reduction kernel, deterministic for a given scratch). NaN or ±Inf anywhere
 // in `grad` gives a NaN or +Inf norm, which the guard catches. No fence.
-template <class Exec>
+template <class Exec, class Tail = NoTail>
 void global_grad_norm(const Exec& exec, Kokkos::View<const float*, typename Exec::memory_space> grad,
-                      Kokkos::View<double, typename Exec::memory_space> norm, const GradNormsScratch<Exec>& scratch) {
+                      Kokkos::View<double, typename Exec::memory_space> norm, const GradNormsScratch<Exec>& scratch,
+                      const Tail& tail = Tail{}) {
   require(grad.extent(0) > 0, "global_grad_norm: the gradient buffer is empty (0 elements); expected at least 1");
-  grad_norms(exec, {grad}, {norm}, scratch);
+  grad_norms(exec, {grad}, {norm}, scratch, tail);
 }
 
 }  // namespace zs::kernels

@@ -55,14 +55,18 @@ void TrainingGuard::initialise() {
 
 void TrainingGuard::check(const ExecSpace& exec, Kokkos::View<const float, MemSpace> loss,
                           Kokkos::View<const double, MemSpace> grad_norm, Kokkos::View<const float, MemSpace> lr) {
+  Kokkos::parallel_for("zs::guard_check", Kokkos::RangePolicy<ExecSpace>(exec, 0, 1), check_kernel(loss, grad_norm, lr));
+}
+
+TrainingGuard::CheckKernel TrainingGuard::check_kernel(Kokkos::View<const float, MemSpace> loss,
+                                                       Kokkos::View<const double, MemSpace> grad_norm,
+                                                       Kokkos::View<const float, MemSpace> lr) {
   // The post rides in the check's thread (one launch, not two). It runs after step_ has counted
   // up, so every post_every-th check posts its record.
-  using CheckThenPost = kernels::ThenPost<ExecSpace, kernels::GuardCheck<ExecSpace>>;
-  Kokkos::parallel_for("zs::guard_check", Kokkos::RangePolicy<ExecSpace>(exec, 0, 1),
-                       CheckThenPost{kernels::make_guard_check<ExecSpace>(loss, grad_norm, lr, step_, box_.device(),
-                                                                          skip_, config_),
-                                     box_.poster(step_, config_.post_every)});
+  CheckKernel k{kernels::make_guard_check<ExecSpace>(loss, grad_norm, lr, step_, box_.device(), skip_, config_),
+                box_.poster(step_, config_.post_every)};
   ++checks_enqueued_;
+  return k;
 }
 
 void TrainingGuard::boundary(const ExecSpace& exec) {

@@ -59,6 +59,11 @@ class TrainingGuard {
   // zs::kernels::global_grad_norm or grad_norms; lr is read on the device, so a schedule may change it.
   void check(const ExecSpace& exec, Kokkos::View<const float, MemSpace> loss,
              Kokkos::View<const double, MemSpace> grad_norm, Kokkos::View<const float, MemSpace> lr);
+  // The check and its post as a functor for one thread of a launch of the caller's (the step
+  // runs it as the gradient norm's tail). Counts as an enqueued check: run it exactly once.
+  using CheckKernel = kernels::ThenPost<ExecSpace, kernels::GuardCheck<ExecSpace>>;
+  CheckKernel check_kernel(Kokkos::View<const float, MemSpace> loss, Kokkos::View<const double, MemSpace> grad_norm,
+                           Kokkos::View<const float, MemSpace> lr);
   // Enqueues snapshot-and-reset of the sums and a mailbox post on `exec`; no sync.
   void boundary(const ExecSpace& exec);
 

@@ -43,6 +43,11 @@ void Optimizer::prepare(const ExecSpace& exec, Kokkos::View<const int, MemSpace>
   kernels::adam_prepare(exec, state_, skip, norm, clip_scale_, limit, hyper_);
 }
 
+kernels::AdamPrepare<ExecSpace> Optimizer::prepare_kernel(Kokkos::View<const int, MemSpace> skip,
+                                                          Kokkos::View<const double, MemSpace> norm, float limit) const {
+  return kernels::make_adam_prepare<ExecSpace>(state_, skip, norm, clip_scale_, limit, hyper_);
+}
+
 void Optimizer::update(const ExecSpace& exec, const ParamBuffer& params, const ParamBuffer& grad,
                        Kokkos::View<const float, MemSpace> scale, Kokkos::View<const int, MemSpace> skip,
                        const ParamBuffer& target) const {

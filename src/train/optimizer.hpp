@@ -21,6 +21,10 @@ class Optimizer {
   // is `norm` into clip_scale(), and unless `skip` is set, t += 1 with its bias corrections.
   void prepare(const ExecSpace& exec, Kokkos::View<const int, MemSpace> skip, Kokkos::View<const double, MemSpace> norm,
                float limit) const;
+  // The same work as a functor for one thread of a launch of the caller's (the step runs it as
+  // the gradient norm's tail).
+  kernels::AdamPrepare<ExecSpace> prepare_kernel(Kokkos::View<const int, MemSpace> skip,
+                                                 Kokkos::View<const double, MemSpace> norm, float limit) const;
   // Enqueues Adam on `params` with grad × scale, then the target update; nothing on a skipped step.
   void update(const ExecSpace& exec, const ParamBuffer& params, const ParamBuffer& grad,
               Kokkos::View<const float, MemSpace> scale, Kokkos::View<const int, MemSpace> skip,

@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "kernels/budget_sum.hpp"
+#include "kernels/then.hpp"
 #include "losses/registry.hpp"
 
 namespace zs {
@@ -136,22 +137,23 @@ void Trainer::enqueue_phase(Phase phase) {
       // trips them all) and the same update.
       if (comm_) comm_->enqueue_mean(stream_, buffers_.all());
       break;
-    case Phase::norm_and_guard:
+    case Phase::norm_and_guard: {
       // The guard judges C51's loss and raw gradient norm; every other term's norm only sets its
       // own clip (a non-finite one adds nothing) and is reported in term_metrics(). All the norms
-      // come from one launch.
-      if (terms_.size() == 1) {
-        kernels::global_grad_norm(exec, ConstDeviceFloats(c51.grad().flat()), c51.norm(), norm_scratch_);
-      } else {
-        std::vector<ConstDeviceFloats> grads;
-        std::vector<DeviceScalar<double>> norms;
-        for (const auto& t : terms_) {
-          grads.emplace_back(t->grad().flat());
-          norms.push_back(t->norm());
-        }
-        kernels::grad_norms(exec, grads, norms, norm_scratch_);
+      // come from one launch, whose last thread then runs the guard's check and Adam's prepare
+      // (C51's clip scale, t and the bias corrections for the verdict): one graph node, not three.
+      // C51's share of max_grad_norm is its clip.
+      const kernels::Then<TrainingGuard::CheckKernel, kernels::AdamPrepare<ExecSpace>> tail{
+          guard_.check_kernel(c51.loss(), c51.norm(), optimizer_.lr()),
+          optimizer_.prepare_kernel(guard_.skip_flag(), DeviceScalar<const double>(c51.norm()),
+                                    c51.budget() * config_.max_grad_norm)};
+      std::vector<ConstDeviceFloats> grads;
+      std::vector<DeviceScalar<double>> norms;
+      for (const auto& t : terms_) {
+        grads.emplace_back(t->grad().flat());
+        norms.push_back(t->norm());
       }
-      guard_.check(exec, c51.loss(), c51.norm(), optimizer_.lr());
+      kernels::grad_norms(exec, grads, norms, norm_scratch_, tail);
       if (terms_.size() > 1) {
         std::vector<kernels::TermSource> sources;
         for (const auto& t : terms_)
@@ -164,13 +166,12 @@ void Trainer::enqueue_phase(Phase phase) {
                                            term_record_.poster(guard_.step_counter(), options_.guard.post_every)});
       }
       break;
+    }
     case Phase::optimizer: {
-      // C51's share of max_grad_norm. Alone, its clip rides inside Adam as a scale (no extra pass
-      // over the gradient); with auxiliaries, the applied gradient is built in its own buffer:
-      // C51's scaled, each auxiliary added clipped to its own share, so ‖applied‖ ≤ max_grad_norm
-      // and the terms' gradients stay their raw selves.
-      optimizer_.prepare(exec, guard_.skip_flag(), DeviceScalar<const double>(c51.norm()),
-                         c51.budget() * config_.max_grad_norm);
+      // Alone, C51's clip (its scale set by the norm's tail) rides inside Adam as a scale, no
+      // extra pass over the gradient; with auxiliaries, the applied gradient is built in its own
+      // buffer: C51's scaled, each auxiliary added clipped to its own share, so
+      // ‖applied‖ ≤ max_grad_norm and the terms' gradients stay their raw selves.
       if (!applied_) {
         optimizer_.update(exec, online_, c51.grad(), optimizer_.clip_scale(), guard_.skip_flag(), target_);
         break;
