@@ -93,26 +93,31 @@ struct DuelingBatch {
   Kokkos::View<const std::uintptr_t*, MS> branch_biases;  // per entry, K pointers: branch k's [n_k·atoms]
   BranchTable table;
   int atoms = 0, max_rows = 0, units_per_team = 1;
+  // Team threads per (entry, row, branch): part p of `split` does actions p, p + split, …
+  int split = 1;
 
   // Team scratch per unit: the value logits, the branch's action mean, one action's logits.
   KOKKOS_INLINE_FUNCTION static std::size_t scratch_floats(int units, int atoms) { return static_cast<std::size_t>(units) * 3 * atoms; }
 
-  // A team thread per (entry, row, branch), its vector lanes over atoms: the value stream and
-  // the dueling mean are formed once per branch in scratch, then each action's log-softmax
-  // reads them back (Nsight: a thread per action re-reading every action for its mean was the
-  // step's slowest kernel at B = 4096). Each lane reads back only the atoms it wrote.
+  // A team thread per (entry, row, branch) — or per part of one, see split — its vector lanes
+  // over atoms: the value stream and the dueling mean are formed once per thread in scratch,
+  // then each of its actions' log-softmax reads them back (Nsight: a thread per action
+  // re-reading every action for its mean, per atom, was the step's slowest kernel at B = 4096).
+  // Each lane reads back only the atoms it wrote. Every part forms the mean in the same order,
+  // so a split changes no bit.
   KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
     const int A = table.actions, K = table.branches, per_entry = max_rows * K;
     float* const scratch =
         static_cast<float*>(team.team_scratch(0).get_shmem(sizeof(float) * scratch_floats(units_per_team, atoms)));
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, units_per_team), [&](const int t) {
-      const int unit = team.league_rank() * units_per_team + t;
+      const int unit = (team.league_rank() * units_per_team + t) / split, part = (team.league_rank() * units_per_team + t) % split;
       const int e = unit / per_entry, local = unit % per_entry, row = local / K, k = local % K;
       if (e >= static_cast<int>(entries.extent(0))) return;
       const DuelingEntry x = entries(e);
       if (row >= x.rows) return;
       const int r = x.row0 + row, R = x.total_rows;
       const int c0 = table.cum(k), n = table.cum(k + 1) - c0;
+      if (part >= n) return;
       const float* const bb =
           x.branch_bias < 0 ? nullptr : reinterpret_cast<const float*>(branch_biases(x.branch_bias + k));
       // This (row, branch)'s n·atoms outputs are contiguous (BranchTable's layout).
@@ -132,7 +137,7 @@ struct DuelingBatch {
         value[j] = x.value_bias ? v + x.value_bias[j] : v;
         mean[j] = m / static_cast<float>(n);
       });
-      for (int a = 0; a < n; ++a) {
+      for (int a = part; a < n; a += split) {
         float* const out = x.logp + (static_cast<std::size_t>(r) * A + c0 + a) * atoms;
         log_softmax_atoms(
             team, atoms, [&](const int j) { return value[j] + out_k(a, j) - mean[j]; },
@@ -142,14 +147,29 @@ struct DuelingBatch {
   }
 };
 
+// Team threads per (entry, row, branch) when the launch does not say: on a device, one per
+// action of the widest branch while the launch stays within kDuelingSplitWarps warps (small
+// batches, where a warp walking a branch's actions one after another is the kernel's whole
+// time), else one; on the host, one.
+inline constexpr int kDuelingSplitWarps = 0;
+
+template <class Exec>
+int dueling_split(int units, int widest) {
+  constexpr bool host = Kokkos::SpaceAccessibility<Kokkos::HostSpace, typename Exec::memory_space>::accessible;
+  if (host) return 1;
+  return static_cast<long long>(units) * widest <= kDuelingSplitWarps ? widest : 1;
+}
+
 // A prepared launch of DuelingBatch over every entry; tables go to the device once, here.
 template <class Exec>
 class DuelingLaunch {
  public:
   DuelingLaunch() = default;
   // branch_biases: per entry with branch_bias >= 0, K pointers from that index on.
+  // split: team threads per (entry, row, branch), 1 to the widest branch's actions; 0 picks it
+  // (dueling_split).
   DuelingLaunch(const std::vector<DuelingEntry>& entries, const std::vector<const float*>& branch_biases,
-                const BranchTable& table, int atoms)
+                const BranchTable& table, int atoms, int split = 0)
       : table_(table), atoms_(atoms) {
     require(!entries.empty() && atoms >= 1, "DuelingLaunch: ", entries.size(), " entries of ", atoms,
             " atoms; expected at least one entry and one atom");
@@ -164,24 +184,30 @@ class DuelingLaunch {
               " (bias index ", e.branch_bias, "); expected buffers, rows inside and K bias pointers");
       if (e.rows > max_rows_) max_rows_ = e.rows;
     }
+    int widest = 1;
+    for (int k = 0; k < table.branches; ++k) widest = widest > table.size(k) ? widest : table.size(k);
+    require(split >= 0 && split <= widest, "DuelingLaunch: split = ", split, "; expected 0 (automatic) to ", widest,
+            " (the widest branch's actions)");
+    split_ = split > 0 ? split : dueling_split<Exec>(static_cast<int>(entries.size()) * max_rows_ * table.branches, widest);
     entries_ = device_table<typename Exec::memory_space>("zs::dueling_batch", entries);
     biases_ = device_table<typename Exec::memory_space>("zs::dueling_batch::biases", biases);
   }
   void operator()(const Exec& exec) const {
     constexpr bool host = Kokkos::SpaceAccessibility<Kokkos::HostSpace, typename Exec::memory_space>::accessible;
     const int per_team = host ? 16 : 8, vector = host ? 1 : 32;
-    const int units = static_cast<int>(entries_.extent(0)) * max_rows_ * table_.branches;
+    const int units = static_cast<int>(entries_.extent(0)) * max_rows_ * table_.branches * split_;
     Kokkos::TeamPolicy<Exec> policy(exec, (units + per_team - 1) / per_team, host ? 1 : per_team, vector);
     policy.set_scratch_size(0, Kokkos::PerTeam(sizeof(float) * DuelingBatch<Exec>::scratch_floats(per_team, atoms_)));
     Kokkos::parallel_for("zs::dueling_batch", policy,
-                         DuelingBatch<Exec>{entries_, biases_, table_, atoms_, max_rows_, per_team});
+                         DuelingBatch<Exec>{entries_, biases_, table_, atoms_, max_rows_, per_team, split_});
   }
+  int split() const { return split_; }
 
  private:
   Kokkos::View<DuelingEntry*, typename Exec::memory_space> entries_;
   Kokkos::View<std::uintptr_t*, typename Exec::memory_space> biases_;
   BranchTable table_;
-  int atoms_ = 0, max_rows_ = 0;
+  int atoms_ = 0, max_rows_ = 0, split_ = 1;
 };
 
 template <class Exec>
