@@ -156,13 +156,13 @@ TEST(GradNorm, TheTailRunsOnceAfterEveryNormOfItsLaunch) {
       EXPECT_NEAR(h[1], reference_norm(b), 1e-10 * reference_norm(b));
       EXPECT_EQ(h[2], double(launch));
     }
-    // One buffer: the same, through global_grad_norm.
+    // One buffer: the same.
     const auto seed = zs::test::fresh_seed();
     SCOPED_TRACE(testing::Message() << "n = " << n << ", one buffer, seed = " << seed);
     const auto a = zs::test::random_normal(n, seed);
     auto da = zs::test::to_device(a);
     Kokkos::deep_copy(nb, 7.0);
-    zs::kernels::global_grad_norm(exec, zs::ConstDeviceFloats(da), na, scratch, SeeNorms{na, nb, seen});
+    zs::kernels::grad_norms(exec, {zs::ConstDeviceFloats(da)}, {na}, scratch, SeeNorms{na, nb, seen});
     stream.synchronize();
     std::vector<double> h(3);
     Kokkos::deep_copy(Kokkos::View<double*, Kokkos::HostSpace>(h.data(), 3), seen);

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "backends/backend.hpp"
+#include "backends/then.hpp"
 #include "core/error.hpp"
 
 namespace zs {
@@ -48,14 +49,7 @@ struct MailboxPost {
 // `write`, then a post of what it wrote, in the same thread: a record costs a graph no node of
 // its own.
 template <class Exec, class Write>
-struct ThenPost {
-  Write write;
-  MailboxPost<Exec> post;
-  KOKKOS_INLINE_FUNCTION void operator()(const int i) const {
-    write(i);
-    post(i);
-  }
-};
+using ThenPost = Then<Write, MailboxPost<Exec>>;
 
 }  // namespace kernels
 

@@ -35,6 +35,12 @@ struct BranchTable {
   // First global action of branch k (k = branches: the total).
   KOKKOS_INLINE_FUNCTION int cum(int k) const { return offset[k]; }
   KOKKOS_INLINE_FUNCTION int size(int k) const { return offset[k + 1] - offset[k]; }
+  // Actions of the largest branch.
+  KOKKOS_INLINE_FUNCTION int widest() const {
+    int w = 0;
+    for (int k = 0; k < branches; ++k) w = size(k) > w ? size(k) : w;
+    return w;
+  }
   // The branch global action g belongs to.
   KOKKOS_INLINE_FUNCTION int branch_of(int g) const {
     int k = 0;

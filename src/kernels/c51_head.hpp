@@ -110,7 +110,7 @@ struct DuelingBatch {
     float* const scratch =
         static_cast<float*>(team.team_scratch(0).get_shmem(sizeof(float) * scratch_floats(units_per_team, atoms)));
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, units_per_team), [&](const int t) {
-      const int unit = (team.league_rank() * units_per_team + t) / split, part = (team.league_rank() * units_per_team + t) % split;
+      const int thread = team.league_rank() * units_per_team + t, unit = thread / split, part = thread % split;
       const int e = unit / per_entry, local = unit % per_entry, row = local / K, k = local % K;
       if (e >= static_cast<int>(entries.extent(0))) return;
       const DuelingEntry x = entries(e);
@@ -184,8 +184,7 @@ class DuelingLaunch {
               " (bias index ", e.branch_bias, "); expected buffers, rows inside and K bias pointers");
       if (e.rows > max_rows_) max_rows_ = e.rows;
     }
-    int widest = 1;
-    for (int k = 0; k < table.branches; ++k) widest = widest > table.size(k) ? widest : table.size(k);
+    const int widest = table.widest();
     require(split >= 0 && split <= widest, "DuelingLaunch: split = ", split, "; expected 0 (automatic) to ", widest,
             " (the widest branch's actions)");
     split_ = split > 0 ? split : dueling_split<Exec>(static_cast<int>(entries.size()) * max_rows_ * table.branches, widest);

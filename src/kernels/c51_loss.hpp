@@ -215,8 +215,7 @@ void c51_loss(const Exec& exec, const C51Loss<Exec>& f, const Kokkos::View<float
   const int sources = host ? 0 : 2 * K * f.sup.atoms;
   // a*'s Q terms: up to 4 actions' rows per warp, while the team's rows stay within 16 KiB.
   const int warps = host ? 0 : (K < 32 ? K : 32);
-  int widest = 1;
-  for (int k = 0; k < K; ++k) widest = std::max(widest, f.table.size(k));
+  const int widest = std::max(1, f.table.widest());
   C51Loss<Exec> g = f;
   g.q_group = host ? 1 : std::max(1, std::min({4, widest, 16384 / (warps * 8 * f.sup.atoms)}));
   const std::size_t terms = sizeof(double) * static_cast<std::size_t>(warps * g.q_group * f.sup.atoms);

@@ -161,12 +161,11 @@ void grad_norms(const Exec& exec, const std::vector<Kokkos::View<const float*, t
 // Enqueues ‖grad‖₂ into `norm` (grad_norms with one buffer: Kokkos' own reduction is not used,
 // so the step has one reduction kernel, deterministic for a given scratch). NaN or ±Inf anywhere
 // in `grad` gives a NaN or +Inf norm, which the guard catches. No fence.
-template <class Exec, class Tail = NoTail>
+template <class Exec>
 void global_grad_norm(const Exec& exec, Kokkos::View<const float*, typename Exec::memory_space> grad,
-                      Kokkos::View<double, typename Exec::memory_space> norm, const GradNormsScratch<Exec>& scratch,
-                      const Tail& tail = Tail{}) {
+                      Kokkos::View<double, typename Exec::memory_space> norm, const GradNormsScratch<Exec>& scratch) {
   require(grad.extent(0) > 0, "global_grad_norm: the gradient buffer is empty (0 elements); expected at least 1");
-  grad_norms(exec, {grad}, {norm}, scratch, tail);
+  grad_norms(exec, {grad}, {norm}, scratch);
 }
 
 }  // namespace zs::kernels

@@ -23,8 +23,7 @@ void CqlTerm::enqueue(const ExecSpace& exec, const Gemm& gemm) {
   f.delta = (c.v_max - c.v_min) / static_cast<float>(c.atoms - 1);
   f.alpha = c.cql.alpha;
   f.batch = B;
-  f.widest = 0;
-  for (int n : c.branches) f.widest = n > f.widest ? n : f.widest;
+  f.widest = f.table.widest();
   kernels::cql_loss(exec, f, loss());
   backward_->enqueue(exec, gemm, ctx_.side);
 }

@@ -7,7 +7,7 @@
 #include <utility>
 
 #include "kernels/budget_sum.hpp"
-#include "kernels/then.hpp"
+#include "backends/then.hpp"
 #include "losses/registry.hpp"
 
 namespace zs {

@@ -1,5 +1,6 @@
-// Two single-thread jobs run one after the other by the same thread: a step's small bookkeeping
-// (the guard's verdict, then Adam's t and clip scale) costs a graph one node, not one each.
+// Two single-thread jobs run one after the other by the same thread: small bookkeeping (a record
+// and its mailbox post; the guard's verdict, then Adam's t and clip scale) costs a graph one
+// node, not one each.
 #pragma once
 
 #include "backends/backend.hpp"
