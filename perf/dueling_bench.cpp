@@ -1,7 +1,7 @@
 // µs per dueling/log-softmax launch of the step's three passes (online on s and s′, target on
-// s′) at the reference head (branches {5, 3, 3}, 51 atoms), as graph replays, with one team
-// thread per (row, branch) and with the branch's actions split over `split` threads: what the
-// automatic rule (kernels::dueling_split) should pick at each batch size.
+// s′) at the reference head (branches {5, 3, 3}, 51 atoms), as graph replays: in tiles of 1, 2,
+// 4 and 8 rows, and on the general path (tile_rows −1: a warp per (row, branch)). What the
+// automatic tile size (kernels::kDuelingTileRows) should be.
 #include <benchmark/benchmark.h>
 
 #include <cstddef>
@@ -13,9 +13,9 @@
 
 namespace {
 
-// Args: split (1, or 5: an action a thread in the widest branch), rows per pass.
-void BM_DuelingSplit(benchmark::State& state) {
-  const int split = static_cast<int>(state.range(0)), B = static_cast<int>(state.range(1)), atoms = 51;
+// Args: rows per tile (−1: the general path), rows per pass.
+void BM_Dueling(benchmark::State& state) {
+  const int tile_rows = static_cast<int>(state.range(0)), B = static_cast<int>(state.range(1)), atoms = 51;
   const auto table = zs::kernels::BranchTable::of({5, 3, 3});
   zs::Stream stream;
   zs::DeviceFloats value("value", std::size_t(2) * B * atoms), out("out", std::size_t(2) * B * table.actions * atoms),
@@ -29,7 +29,7 @@ void BM_DuelingSplit(benchmark::State& state) {
       {value.data(), out.data(), logp.data(), 2 * B, 0, B, vb.data(), 0},
       {value.data(), out.data(), logp.data(), 2 * B, B, B, vb.data(), 0},
       {t_value.data(), t_out.data(), t_logp.data(), B, 0, B, vb.data(), 0}};
-  const zs::kernels::DuelingLaunch<zs::ExecSpace> launch(entries, biases, table, atoms, split);
+  const zs::kernels::DuelingLaunch<zs::ExecSpace> launch(entries, biases, table, atoms, tile_rows);
   auto body = [&] { launch(stream.exec()); };
   body();
   stream.synchronize();
@@ -37,9 +37,9 @@ void BM_DuelingSplit(benchmark::State& state) {
   graph.capture(stream, body);
   zs::bench::time_on_stream(state, stream, [&] { graph.replay(stream); });
 }
-BENCHMARK(BM_DuelingSplit)
-    ->ArgNames({"split", "B"})
-    ->ArgsProduct({{1, 5}, {64, 256, 1024, 4096}})
+BENCHMARK(BM_Dueling)
+    ->ArgNames({"tile_rows", "B"})
+    ->ArgsProduct({{-1, 1, 2, 4, 8}, {8, 64, 256, 1024, 4096}})
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 

@@ -13,69 +13,9 @@
 
 namespace zs::kernels {
 
-// The log-softmax over atoms of one (row, action) on a team thread's vector lanes (a warp on
-// CUDA: the max and the sum are shuffles, no team barrier). logit(j) gives the dueling logit;
-// out(j) is where log p_j goes. The logits are stored first and become log-probabilities in
-// place; each lane reads back only the atoms it wrote.
-// tmp(j) holds the logits in between (team scratch, or out itself).
-template <class Member, class Logit, class Tmp, class Out>
-KOKKOS_INLINE_FUNCTION void log_softmax_atoms(const Member& team, int atoms, const Logit& logit, const Tmp& tmp,
-                                              const Out& out) {
-  float mx = 0.f;
-  Kokkos::parallel_reduce(
-      Kokkos::ThreadVectorRange(team, atoms),
-      [&](const int j, float& m) {
-        const float l = logit(j);
-        tmp(j) = l;
-        if (l > m) m = l;  // a NaN logit never wins here; it poisons the sum below instead
-      },
-      Kokkos::Max<float>(mx));
-  float s = 0.f;
-  Kokkos::parallel_reduce(
-      Kokkos::ThreadVectorRange(team, atoms), [&](const int j, float& acc) { acc += ::expf(tmp(j) - mx); }, s);
-  const float lse = mx + ::logf(s);
-  Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, atoms), [&](const int j) { out(j) = tmp(j) - lse; });
-}
-
-template <class Member, class Logit, class Out>
-KOKKOS_INLINE_FUNCTION void log_softmax_atoms(const Member& team, int atoms, const Logit& logit, const Out& out) {
-  log_softmax_atoms(team, atoms, logit, out, out);
-}
-
-template <class Exec>
-struct DuelingLogSoftmax {
-  using MS = typename Exec::memory_space;
-  using Member = typename Kokkos::TeamPolicy<Exec>::member_type;
-  Kokkos::View<const float**, Kokkos::LayoutRight, MS, Kokkos::MemoryUnmanaged> value;  // [R, atoms]
-  Kokkos::View<const float*, MS, Kokkos::MemoryUnmanaged> branch_out;                  // flat, see BranchTable
-  Kokkos::View<float***, Kokkos::LayoutRight, MS> logp;                                 // [R, A, atoms]
-  BranchTable table;
-  int pairs_per_team = 1;
-
-  // A team thread per (row, action), its vector lanes over atoms.
-  KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
-    const int rows = static_cast<int>(logp.extent(0)), actions = static_cast<int>(logp.extent(1));
-    const int atoms = static_cast<int>(logp.extent(2));
-    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, pairs_per_team), [&](const int t) {
-      const int pair = team.league_rank() * pairs_per_team + t;
-      if (pair >= rows * actions) return;
-      const int r = pair / actions, g = pair % actions;
-      const int k = table.branch_of(g), a = g - table.cum(k), n = table.cum(k + 1) - table.cum(k);
-      log_softmax_atoms(
-          team, atoms,
-          [&](const int j) {
-            float mean = 0.f;
-            for (int b = 0; b < n; ++b) mean += branch_out(table.index(rows, atoms, k, r, b, j));
-            return value(r, j) + branch_out(table.index(rows, atoms, k, r, a, j)) - mean / static_cast<float>(n);
-          },
-          [&](const int j) -> float& { return logp(r, g, j); });
-    });
-  }
-};
-
-// One block of rows for DuelingBatch: rows [row0, row0 + rows) of a head set's buffers, which
-// hold total_rows rows. The output layers' biases are added here, as each logit is formed, so
-// no separate pass over the outputs is needed; null biases add nothing.
+// One block of rows of the head: rows [row0, row0 + rows) of a head set's buffers, which hold
+// total_rows rows. The output layers' biases are added as each logit is formed, so no separate
+// pass over the outputs is needed; null biases add nothing.
 struct DuelingEntry {
   const float* value = nullptr;       // [total_rows, atoms], before the bias
   const float* branch_out = nullptr;  // flat, BranchTable layout for total_rows, before the biases
@@ -85,49 +25,141 @@ struct DuelingEntry {
   int branch_bias = -1;               // first of this entry's K pointers in the bias table; −1: none
 };
 
-template <class Exec>
-struct DuelingBatch {
-  using MS = typename Exec::memory_space;
-  using Member = typename Kokkos::TeamPolicy<Exec>::member_type;
+// Where a dueling kernel finds its entries: a device table prepared once (the step's passes,
+// with their output biases) …
+template <class MS>
+struct DuelingTable {
   Kokkos::View<const DuelingEntry*, MS> entries;
-  Kokkos::View<const std::uintptr_t*, MS> branch_biases;  // per entry, K pointers: branch k's [n_k·atoms]
+  Kokkos::View<const std::uintptr_t*, MS> biases;  // per entry with branch_bias >= 0, K pointers
+  KOKKOS_INLINE_FUNCTION int count() const { return static_cast<int>(entries.extent(0)); }
+  KOKKOS_INLINE_FUNCTION DuelingEntry operator()(int e) const { return entries(e); }
+  KOKKOS_INLINE_FUNCTION const float* branch_bias(const DuelingEntry& x, int k) const {
+    return x.branch_bias < 0 ? nullptr : reinterpret_cast<const float*>(biases(x.branch_bias + k));
+  }
+};
+
+// … or one entry by value, its outputs already biased (Network::forward): nothing to prepare, so
+// a captured acting step allocates and copies nothing.
+struct DuelingOne {
+  DuelingEntry entry;
+  KOKKOS_INLINE_FUNCTION int count() const { return 1; }
+  KOKKOS_INLINE_FUNCTION DuelingEntry operator()(int) const { return entry; }
+  KOKKOS_INLINE_FUNCTION const float* branch_bias(const DuelingEntry&, int) const { return nullptr; }
+};
+
+// Log-softmax over atoms of one (row, action), serially in one thread: logit(j) forms logit j,
+// l points at atoms floats that receive the logits and then, in place, the log-probabilities.
+template <class Logit>
+KOKKOS_INLINE_FUNCTION void log_softmax_serial(int atoms, const Logit& logit, float* l) {
+  float mx = Kokkos::reduction_identity<float>::max();
+  for (int j = 0; j < atoms; ++j) {
+    const float y = logit(j);
+    l[j] = y;
+    if (y > mx) mx = y;  // a NaN logit never wins here; it poisons the sum below instead
+  }
+  float s = 0.f;
+  for (int j = 0; j < atoms; ++j) s += ::expf(l[j] - mx);
+  const float lse = mx + ::logf(s);
+  for (int j = 0; j < atoms; ++j) l[j] -= lse;
+}
+
+// Scratch floats of one row of a tile: every action's logits, the value stream, each branch's mean.
+inline std::size_t dueling_row_floats(const BranchTable& t, int atoms) {
+  return static_cast<std::size_t>(t.actions + 1 + t.branches) * atoms;
+}
+
+// The head of a tile of consecutive rows of one entry in team scratch: coalesced loads of each
+// branch's outputs (a tile's rows of branch k are one contiguous run), each branch's mean per
+// atom by a thread per (row, branch, atom), the log-softmax by a thread per (row, action) over
+// its atoms, then a coalesced store. Nsight on the warp kernel below: a warp per (row, branch)
+// spent ~480 instructions per action on shuffles and idle lanes (51 atoms on 32 lanes) and was
+// instruction-bound at B = 4096.
+template <class Exec, class Entries>
+struct DuelingTiles {
+  using Member = typename Kokkos::TeamPolicy<Exec>::member_type;
+  Entries entries;
+  BranchTable table;
+  int atoms = 0, tile_rows = 1, tiles_per_entry = 1;
+
+  KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
+    const int A = table.actions, K = table.branches;
+    const int e = team.league_rank() / tiles_per_entry, first = (team.league_rank() % tiles_per_entry) * tile_rows;
+    const DuelingEntry x = entries(e);
+    if (first >= x.rows) return;  // the whole team leaves: no barrier is left waiting
+    const int rows = x.rows - first < tile_rows ? x.rows - first : tile_rows;
+    const int r0 = x.row0 + first, R = x.total_rows;
+    float* const logit = static_cast<float*>(team.team_scratch(0).get_shmem(
+        sizeof(float) * static_cast<std::size_t>(tile_rows) * (A + 1 + K) * atoms));
+    float* const value = logit + static_cast<std::size_t>(tile_rows) * A * atoms;
+    float* const mean = value + static_cast<std::size_t>(tile_rows) * atoms;
+    for (int k = 0; k < K; ++k) {
+      const int c0 = table.cum(k), w = table.size(k) * atoms;
+      const float* const src = x.branch_out + table.index(R, atoms, k, r0, 0, 0);
+      const float* const bias = entries.branch_bias(x, k);
+      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, rows * w), [&](const int f) {
+        const int u = f / w, t = f % w;
+        const float o = src[f];
+        logit[(static_cast<std::size_t>(u) * A + c0) * atoms + t] = bias ? o + bias[t] : o;  // as the GEMM's bias pass
+      });
+    }
+    const float* const vsrc = x.value + static_cast<std::size_t>(r0) * atoms;
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, rows * atoms), [&](const int f) {
+      value[f] = x.value_bias ? vsrc[f] + x.value_bias[f % atoms] : vsrc[f];
+    });
+    team.team_barrier();
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, rows * K * atoms), [&](const int f) {
+      const int u = f / (K * atoms), k = f / atoms % K, j = f % atoms, n = table.size(k);
+      const float* const o = logit + (static_cast<std::size_t>(u) * A + table.cum(k)) * atoms + j;
+      float m = 0.f;
+      for (int b = 0; b < n; ++b) m += o[static_cast<std::size_t>(b) * atoms];
+      mean[f] = m / static_cast<float>(n);
+    });
+    team.team_barrier();
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, rows * A), [&](const int f) {
+      const int u = f / A, k = table.branch_of(f % A);
+      float* const l = logit + static_cast<std::size_t>(f) * atoms;
+      const float* const v = value + static_cast<std::size_t>(u) * atoms;
+      const float* const m = mean + (static_cast<std::size_t>(u) * K + k) * atoms;
+      log_softmax_serial(atoms, [&](const int j) { return v[j] + l[j] - m[j]; }, l);
+    });
+    team.team_barrier();
+    float* const dst = x.logp + static_cast<std::size_t>(r0) * A * atoms;
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, rows * A * atoms), [&](const int f) { dst[f] = logit[f]; });
+  }
+};
+
+// The general path, for rows too wide for a tile in scratch: a team thread per (entry, row,
+// branch), its vector lanes over atoms. The value stream and the branch's mean are formed once
+// in scratch, then each action's log-softmax, its max and sum as lane reductions.
+template <class Exec, class Entries>
+struct DuelingRows {
+  using Member = typename Kokkos::TeamPolicy<Exec>::member_type;
+  Entries entries;
   BranchTable table;
   int atoms = 0, max_rows = 0, units_per_team = 1;
-  // Team threads per (entry, row, branch): part p of `split` does actions p, p + split, …
-  int split = 1;
 
   // Team scratch per unit: the value logits, the branch's action mean, one action's logits.
-  KOKKOS_INLINE_FUNCTION static std::size_t scratch_floats(int units, int atoms) { return static_cast<std::size_t>(units) * 3 * atoms; }
+  KOKKOS_INLINE_FUNCTION static std::size_t unit_floats(int atoms) { return static_cast<std::size_t>(3) * atoms; }
 
-  // A team thread per (entry, row, branch) — or per part of one, see split — its vector lanes
-  // over atoms: the value stream and the dueling mean are formed once per thread in scratch,
-  // then each of its actions' log-softmax reads them back (Nsight: a thread per action
-  // re-reading every action for its mean, per atom, was the step's slowest kernel at B = 4096).
-  // Each lane reads back only the atoms it wrote. Every part forms the mean in the same order,
-  // so a split changes no bit.
   KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
     const int A = table.actions, K = table.branches, per_entry = max_rows * K;
-    float* const scratch =
-        static_cast<float*>(team.team_scratch(0).get_shmem(sizeof(float) * scratch_floats(units_per_team, atoms)));
+    float* const scratch = static_cast<float*>(
+        team.team_scratch(0).get_shmem(sizeof(float) * units_per_team * unit_floats(atoms)));
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, units_per_team), [&](const int t) {
-      const int thread = team.league_rank() * units_per_team + t, unit = thread / split, part = thread % split;
+      const int unit = team.league_rank() * units_per_team + t;
       const int e = unit / per_entry, local = unit % per_entry, row = local / K, k = local % K;
-      if (e >= static_cast<int>(entries.extent(0))) return;
+      if (e >= entries.count()) return;
       const DuelingEntry x = entries(e);
       if (row >= x.rows) return;
       const int r = x.row0 + row, R = x.total_rows;
-      const int c0 = table.cum(k), n = table.cum(k + 1) - c0;
-      if (part >= n) return;
-      const float* const bb =
-          x.branch_bias < 0 ? nullptr : reinterpret_cast<const float*>(branch_biases(x.branch_bias + k));
-      // This (row, branch)'s n·atoms outputs are contiguous (BranchTable's layout).
+      const int c0 = table.cum(k), n = table.size(k);
+      const float* const bb = entries.branch_bias(x, k);
       const float* const ob = x.branch_out + table.index(R, atoms, k, r, 0, 0);
-      // Bias first, as the GEMM's own bias pass would have: the same float operations.
       auto out_k = [&](int b, int j) {
         const float o = ob[b * atoms + j];
         return bb ? o + bb[b * atoms + j] : o;
       };
-      float* const value = scratch + static_cast<std::size_t>(t) * 3 * atoms;
+      float* const value = scratch + static_cast<std::size_t>(t) * unit_floats(atoms);
       float* const mean = value + atoms;
       float* const logits = mean + atoms;
       Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, atoms), [&](const int j) {
@@ -137,39 +169,79 @@ struct DuelingBatch {
         value[j] = x.value_bias ? v + x.value_bias[j] : v;
         mean[j] = m / static_cast<float>(n);
       });
-      for (int a = part; a < n; a += split) {
+      for (int a = 0; a < n; ++a) {
+        float mx = 0.f;
+        Kokkos::parallel_reduce(
+            Kokkos::ThreadVectorRange(team, atoms),
+            [&](const int j, float& mj) {
+              const float l = value[j] + out_k(a, j) - mean[j];
+              logits[j] = l;
+              if (l > mj) mj = l;
+            },
+            Kokkos::Max<float>(mx));
+        float s = 0.f;
+        Kokkos::parallel_reduce(
+            Kokkos::ThreadVectorRange(team, atoms), [&](const int j, float& acc) { acc += ::expf(logits[j] - mx); }, s);
+        const float lse = mx + ::logf(s);
         float* const out = x.logp + (static_cast<std::size_t>(r) * A + c0 + a) * atoms;
-        log_softmax_atoms(
-            team, atoms, [&](const int j) { return value[j] + out_k(a, j) - mean[j]; },
-            [&](const int j) -> float& { return logits[j]; }, [&](const int j) -> float& { return out[j]; });
+        // Each lane reads back only the atoms it wrote.
+        Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, atoms), [&](const int j) { out[j] = logits[j] - lse; });
       }
     });
   }
 };
 
-// Team threads per (entry, row, branch) when the launch does not say: on a device, one per
-// action of the widest branch while the launch stays within kDuelingSplitWarps warps (small
-// batches, where a warp walking a branch's actions one after another is the kernel's whole
-// time), else one; on the host, one.
-inline constexpr int kDuelingSplitWarps = 0;
+// Rows per tile: at most what keeps a team's scratch within kDuelingTileBytes (0 when one row
+// does not fit: the general path), and when the launch does not say, at most kDuelingTileRows.
+inline constexpr std::size_t kDuelingTileBytes = 48 * 1024;
+inline constexpr int kDuelingTileRows = 4;
 
-template <class Exec>
-int dueling_split(int units, int widest) {
-  constexpr bool host = Kokkos::SpaceAccessibility<Kokkos::HostSpace, typename Exec::memory_space>::accessible;
-  if (host) return 1;
-  return static_cast<long long>(units) * widest <= kDuelingSplitWarps ? widest : 1;
+inline int dueling_tile_fit(const BranchTable& t, int atoms) {
+  const std::size_t fit = kDuelingTileBytes / (sizeof(float) * dueling_row_floats(t, atoms));
+  return fit < 1024 ? static_cast<int>(fit) : 1024;
+}
+inline int dueling_tile_rows(const BranchTable& t, int atoms) {
+  const int fit = dueling_tile_fit(t, atoms);
+  return fit < kDuelingTileRows ? fit : kDuelingTileRows;
 }
 
-// A prepared launch of DuelingBatch over every entry; tables go to the device once, here.
+// Launches the head over every entry of `entries` (at most max_rows rows each): tiles of
+// tile_rows rows, or the general path when tile_rows is 0.
+template <class Exec, class Entries>
+void launch_dueling(const Exec& exec, const Entries& entries, int count, int max_rows, const BranchTable& table,
+                    int atoms, int tile_rows) {
+  constexpr bool host = Kokkos::SpaceAccessibility<Kokkos::HostSpace, typename Exec::memory_space>::accessible;
+  if (tile_rows > 0) {
+    using F = DuelingTiles<Exec, Entries>;
+    const int tiles = (max_rows + tile_rows - 1) / tile_rows, threads = tile_rows * table.actions;
+    // A thread per (row, action) for the log-softmax, whole warps, at most 256.
+    const int team = host ? 1 : (threads + 31) / 32 * 32 < 256 ? (threads + 31) / 32 * 32 : 256;
+    Kokkos::TeamPolicy<Exec> policy(exec, count * tiles, team, 1);
+    policy.set_scratch_size(0, Kokkos::PerTeam(sizeof(float) * tile_rows * dueling_row_floats(table, atoms)));
+    Kokkos::parallel_for("zs::dueling_tiles", policy, F{entries, table, atoms, tile_rows, tiles});
+  } else {
+    using F = DuelingRows<Exec, Entries>;
+    // Up to 8 units a team on a device, within the tiles' scratch budget.
+    const std::size_t fit = kDuelingTileBytes / (sizeof(float) * F::unit_floats(atoms));
+    const int per_team = host ? 16 : fit >= 8 ? 8 : fit < 1 ? 1 : static_cast<int>(fit), vector = host ? 1 : 32;
+    const int units = count * max_rows * table.branches;
+    Kokkos::TeamPolicy<Exec> policy(exec, (units + per_team - 1) / per_team, host ? 1 : per_team, vector);
+    policy.set_scratch_size(0, Kokkos::PerTeam(sizeof(float) * per_team * F::unit_floats(atoms)));
+    Kokkos::parallel_for("zs::dueling_rows", policy, F{entries, table, atoms, max_rows, per_team});
+  }
+}
+
+// A prepared launch of the head over every entry; tables go to the device once, here.
 template <class Exec>
 class DuelingLaunch {
  public:
   DuelingLaunch() = default;
   // branch_biases: per entry with branch_bias >= 0, K pointers from that index on.
-  // split: team threads per (entry, row, branch), 1 to the widest branch's actions; 0 picks it
-  // (dueling_split).
+  // tile_rows: rows per tile, 1 to what fits in kDuelingTileBytes of scratch; 0 picks it
+  // (dueling_tile_rows); kRowsPath takes the general path.
+  static constexpr int kRowsPath = -1;
   DuelingLaunch(const std::vector<DuelingEntry>& entries, const std::vector<const float*>& branch_biases,
-                const BranchTable& table, int atoms, int split = 0)
+                const BranchTable& table, int atoms, int tile_rows = 0)
       : table_(table), atoms_(atoms) {
     require(!entries.empty() && atoms >= 1, "DuelingLaunch: ", entries.size(), " entries of ", atoms,
             " atoms; expected at least one entry and one atom");
@@ -184,31 +256,27 @@ class DuelingLaunch {
               " (bias index ", e.branch_bias, "); expected buffers, rows inside and K bias pointers");
       if (e.rows > max_rows_) max_rows_ = e.rows;
     }
-    const int widest = table.widest();
-    require(split >= 0 && split <= widest, "DuelingLaunch: split = ", split, "; expected 0 (automatic) to ", widest,
-            " (the widest branch's actions)");
-    split_ = split > 0 ? split : dueling_split<Exec>(static_cast<int>(entries.size()) * max_rows_ * table.branches, widest);
-    entries_ = device_table<typename Exec::memory_space>("zs::dueling_batch", entries);
-    biases_ = device_table<typename Exec::memory_space>("zs::dueling_batch::biases", biases);
+    const int fit = dueling_tile_fit(table, atoms);
+    require(tile_rows == kRowsPath || (tile_rows >= 0 && tile_rows <= fit), "DuelingLaunch: tile_rows = ", tile_rows,
+            "; expected 0 (automatic), ", kRowsPath, " (the general path) or 1 to ", fit, " (the rows of ",
+            dueling_row_floats(table, atoms), " floats that fit in ", kDuelingTileBytes, " bytes of scratch)");
+    tile_rows_ = tile_rows == kRowsPath ? 0 : tile_rows > 0 ? tile_rows : dueling_tile_rows(table, atoms);
+    table_dev_ = {device_table<typename Exec::memory_space>("zs::dueling::entries", entries),
+                  device_table<typename Exec::memory_space>("zs::dueling::biases", biases)};
   }
   void operator()(const Exec& exec) const {
-    constexpr bool host = Kokkos::SpaceAccessibility<Kokkos::HostSpace, typename Exec::memory_space>::accessible;
-    const int per_team = host ? 16 : 8, vector = host ? 1 : 32;
-    const int units = static_cast<int>(entries_.extent(0)) * max_rows_ * table_.branches * split_;
-    Kokkos::TeamPolicy<Exec> policy(exec, (units + per_team - 1) / per_team, host ? 1 : per_team, vector);
-    policy.set_scratch_size(0, Kokkos::PerTeam(sizeof(float) * DuelingBatch<Exec>::scratch_floats(per_team, atoms_)));
-    Kokkos::parallel_for("zs::dueling_batch", policy,
-                         DuelingBatch<Exec>{entries_, biases_, table_, atoms_, max_rows_, per_team, split_});
+    launch_dueling(exec, table_dev_, static_cast<int>(table_dev_.entries.extent(0)), max_rows_, table_, atoms_, tile_rows_);
   }
-  int split() const { return split_; }
+  // Rows per tile; 0 on the general path.
+  int tile_rows() const { return tile_rows_; }
 
  private:
-  Kokkos::View<DuelingEntry*, typename Exec::memory_space> entries_;
-  Kokkos::View<std::uintptr_t*, typename Exec::memory_space> biases_;
+  DuelingTable<typename Exec::memory_space> table_dev_;
   BranchTable table_;
-  int atoms_ = 0, max_rows_ = 0, split_ = 1;
+  int atoms_ = 0, max_rows_ = 0, tile_rows_ = 0;
 };
 
+// The head of one set of activations whose outputs already hold their biases (Network::forward).
 template <class Exec>
 void dueling_log_softmax(const Exec& exec,
                          const Kokkos::View<const float**, Kokkos::LayoutRight, typename Exec::memory_space,
@@ -223,12 +291,14 @@ void dueling_log_softmax(const Exec& exec,
           branch_out.extent(0), " floats; expected rows·actions·atoms = ", rows * actions * atoms);
   require(static_cast<int>(actions) == table.actions, "dueling_log_softmax: ", actions,
           " actions in the output; the branch table has ", table.actions);
-  // Device: 8 warps a team, a warp per (row, action). Host: one (row, action) after another.
-  constexpr bool host = Kokkos::SpaceAccessibility<Kokkos::HostSpace, typename Exec::memory_space>::accessible;
-  const int per_team = host ? 16 : 8, vector = host ? 1 : 32;
-  const int pairs = static_cast<int>(rows * actions), teams = (pairs + per_team - 1) / per_team;
-  Kokkos::parallel_for("zs::dueling_log_softmax", Kokkos::TeamPolicy<Exec>(exec, teams, host ? 1 : per_team, vector),
-                       DuelingLogSoftmax<Exec>{value, branch_out, logp, table, per_team});
+  if (rows == 0) return;
+  DuelingEntry e;
+  e.value = value.data();
+  e.branch_out = branch_out.data();
+  e.logp = logp.data();
+  e.total_rows = e.rows = static_cast<int>(rows);
+  launch_dueling(exec, DuelingOne{e}, 1, e.rows, table, static_cast<int>(atoms),
+                 dueling_tile_rows(table, static_cast<int>(atoms)));
 }
 
 }  // namespace zs::kernels
