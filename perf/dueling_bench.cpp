@@ -1,7 +1,7 @@
 // µs per dueling/log-softmax launch of the step's three passes (online on s and s′, target on
-// s′) at the reference head (branches {5, 3, 3}, 51 atoms), as graph replays: in tiles of 1, 2,
-// 4 and 8 rows, and on the general path (tile_rows −1: a warp per (row, branch)). What the
-// automatic tile size (kernels::kDuelingTileRows) should be.
+// s′) at the reference head (branches {5, 3, 3}, 51 atoms), as graph replays: in tiles of 1 and 2
+// rows with 1, 4, 8 or 32 lanes per (row, action), and on the general path (tile_rows −1: a
+// warp per (row, branch)): the measurements behind kernels::dueling_shape, the automatic choice.
 #include <benchmark/benchmark.h>
 
 #include <cstddef>
@@ -13,9 +13,10 @@
 
 namespace {
 
-// Args: rows per tile (−1: the general path), rows per pass.
+// Args: rows per tile (−1: the general path), lanes per (row, action), rows per pass.
 void BM_Dueling(benchmark::State& state) {
-  const int tile_rows = static_cast<int>(state.range(0)), B = static_cast<int>(state.range(1)), atoms = 51;
+  const int tile_rows = static_cast<int>(state.range(0)), lanes = static_cast<int>(state.range(1));
+  const int B = static_cast<int>(state.range(2)), atoms = 51;
   const auto table = zs::kernels::BranchTable::of({5, 3, 3});
   zs::Stream stream;
   zs::DeviceFloats value("value", std::size_t(2) * B * atoms), out("out", std::size_t(2) * B * table.actions * atoms),
@@ -29,7 +30,7 @@ void BM_Dueling(benchmark::State& state) {
       {value.data(), out.data(), logp.data(), 2 * B, 0, B, vb.data(), 0},
       {value.data(), out.data(), logp.data(), 2 * B, B, B, vb.data(), 0},
       {t_value.data(), t_out.data(), t_logp.data(), B, 0, B, vb.data(), 0}};
-  const zs::kernels::DuelingLaunch<zs::ExecSpace> launch(entries, biases, table, atoms, tile_rows);
+  const zs::kernels::DuelingLaunch<zs::ExecSpace> launch(entries, biases, table, atoms, tile_rows, lanes);
   auto body = [&] { launch(stream.exec()); };
   body();
   stream.synchronize();
@@ -38,8 +39,13 @@ void BM_Dueling(benchmark::State& state) {
   zs::bench::time_on_stream(state, stream, [&] { graph.replay(stream); });
 }
 BENCHMARK(BM_Dueling)
-    ->ArgNames({"tile_rows", "B"})
-    ->ArgsProduct({{-1, 1, 2, 4, 8}, {8, 64, 256, 1024, 4096}})
+    ->ArgNames({"tile_rows", "lanes", "B"})
+    ->ArgsProduct({{1, 2}, {1, 4, 8, 32}, {8, 64, 256, 1024, 4096}})
+    ->Args({-1, 1, 8})
+    ->Args({-1, 1, 64})
+    ->Args({-1, 1, 256})
+    ->Args({-1, 1, 1024})
+    ->Args({-1, 1, 4096})
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 

@@ -105,19 +105,20 @@ struct ThreePasses {
                          online.d_vb.data(), 0});
     entries.push_back({target.d_value.data(), target.d_out.data(), target.d_logp.data(), R, 0, R, nullptr, -1});
   }
-  std::vector<std::vector<float>> run(zs::Stream& stream, const BranchTable& t, int atoms, int tile_rows) {
+  std::vector<std::vector<float>> run(zs::Stream& stream, const BranchTable& t, int atoms, int tile_rows,
+                                      int lanes = 0) {
     Kokkos::deep_copy(online.d_logp, std::nanf(""));
     Kokkos::deep_copy(target.d_logp, std::nanf(""));
-    const zs::kernels::DuelingLaunch<zs::ExecSpace> launch(entries, biases, t, atoms, tile_rows);
+    const zs::kernels::DuelingLaunch<zs::ExecSpace> launch(entries, biases, t, atoms, tile_rows, lanes);
     launch(stream.exec());
     stream.synchronize();
-    last_tile_rows = launch.tile_rows();
+    shape = launch.shape();
     return {download(online.d_logp), download(target.d_logp)};
   }
   double error(const std::vector<std::vector<float>>& got, const BranchTable& t, int atoms) const {
     return worst_error(got, {&online, &target}, {true, false}, t, atoms);
   }
-  int last_tile_rows = -1;
+  zs::kernels::DuelingShape shape;
 };
 
 constexpr int kRowsPath = zs::kernels::DuelingLaunch<zs::ExecSpace>::kRowsPath;
@@ -132,21 +133,31 @@ TEST(Dueling, EveryPassMatchesTheDoubleReferenceInTilesOfAnySizeAndOnTheGeneralP
     const BranchTable t = BranchTable::of({5, 3, 1, 3});
     ThreePasses x(37, t, atoms, seed);  // 37 rows: every tile size below leaves a partial tile
     const auto rows_path = x.run(stream, t, atoms, kRowsPath);
-    EXPECT_EQ(x.last_tile_rows, 0);
+    EXPECT_EQ(x.shape.tile_rows, 0);
     EXPECT_LT(x.error(rows_path, t, atoms), 1e-5) << "general path";
-    std::vector<std::vector<float>> first;
-    for (const int tile_rows : {1, 2, 3, 8, 0}) {
-      SCOPED_TRACE(testing::Message() << "tile_rows " << tile_rows);
-      const auto got = x.run(stream, t, atoms, tile_rows);
-      EXPECT_EQ(x.last_tile_rows, tile_rows > 0 ? tile_rows : zs::kernels::kDuelingTileRows);
-      if (first.empty()) {
-        EXPECT_LT(x.error(got, t, atoms), 1e-5);
-        first = got;
-      } else {  // a thread per (row, action) whatever the tile: the same bits
-        EXPECT_TRUE(zs::test::same_bits(got[0], first[0]));
-        EXPECT_TRUE(zs::test::same_bits(got[1], first[1]));
+    for (const int lanes : {1, 4, 32}) {
+      std::vector<std::vector<float>> first;
+      for (const int tile_rows : {1, 2, 3, 8}) {
+        SCOPED_TRACE(testing::Message() << "tile_rows " << tile_rows << ", lanes " << lanes);
+        const auto got = x.run(stream, t, atoms, tile_rows, lanes);
+        EXPECT_EQ(x.shape.tile_rows, tile_rows);
+        EXPECT_EQ(x.shape.lanes, lanes);
+        if (first.empty()) {
+          EXPECT_LT(x.error(got, t, atoms), 1e-5);
+          first = got;
+        } else {  // a team thread per (row, action) whatever the tile: the same bits
+          EXPECT_TRUE(zs::test::same_bits(got[0], first[0]));
+          EXPECT_TRUE(zs::test::same_bits(got[1], first[1]));
+        }
       }
     }
+    // Left to the launch, the shape dueling_shape picks, with that shape's bits.
+    const auto automatic = x.run(stream, t, atoms, 0);
+    const auto picked = zs::kernels::dueling_shape<zs::ExecSpace>(t, atoms, 3 * 37);
+    EXPECT_EQ(x.shape.tile_rows, picked.tile_rows);
+    const auto again = x.run(stream, t, atoms, picked.tile_rows > 0 ? picked.tile_rows : kRowsPath, picked.lanes);
+    EXPECT_TRUE(zs::test::same_bits(automatic[0], again[0]));
+    EXPECT_TRUE(zs::test::same_bits(automatic[1], again[1]));
   }
 }
 
@@ -196,31 +207,31 @@ TEST(Dueling, RowsTooWideForATileTakeTheGeneralPath) {
   zs::Stream stream;
   const int atoms = 1024;
   const BranchTable t = BranchTable::of({5, 3, 3});
-  ASSERT_EQ(zs::kernels::dueling_tile_rows(t, atoms), 0);
+  ASSERT_EQ(zs::kernels::dueling_tile_fit(t, atoms), 0);
   ThreePasses x(3, t, atoms, seed);
   const auto got = x.run(stream, t, atoms, 0);
-  EXPECT_EQ(x.last_tile_rows, 0);
+  EXPECT_EQ(x.shape.tile_rows, 0);
   EXPECT_LT(x.error(got, t, atoms), 1e-5);
 }
 
-TEST(Dueling, ATileOverItsScratchOrAnUnknownPathIsRefused) {
+TEST(Dueling, ATileOverItsScratchAnUnknownPathOrOddLanesAreRefused) {
   const BranchTable t = BranchTable::of({5, 3, 3});
   const int atoms = 51, fit = zs::kernels::dueling_tile_fit(t, atoms);
-  ASSERT_GE(fit, zs::kernels::kDuelingTileRows);
+  ASSERT_GE(fit, 8);
   zs::DeviceFloats buf("buf", 3 * 11 * atoms);
   std::vector<DuelingEntry> entries{{buf.data(), buf.data(), buf.data(), 3, 0, 3, nullptr, 0}};
   const std::vector<const float*> biases(3, buf.data());
-  for (const int tile_rows : {-2, fit + 1}) {
+  auto refused = [&](int tile_rows, int lanes, const std::string& expected) {
     try {
-      zs::kernels::DuelingLaunch<zs::ExecSpace> launch(entries, biases, t, atoms, tile_rows);
-      FAIL() << "tile_rows " << tile_rows << " was accepted";
+      zs::kernels::DuelingLaunch<zs::ExecSpace> launch(entries, biases, t, atoms, tile_rows, lanes);
+      ADD_FAILURE() << "tile_rows " << tile_rows << ", lanes " << lanes << " were accepted";
     } catch (const zs::Error& e) {
-      EXPECT_NE(std::string(e.what()).find("tile_rows = " + std::to_string(tile_rows) +
-                                           "; expected 0 (automatic), -1 (the general path) or 1 to " +
-                                           std::to_string(fit)),
-                std::string::npos)
-          << e.what();
+      EXPECT_NE(std::string(e.what()).find(expected), std::string::npos) << e.what();
     }
-  }
+  };
+  for (const int tile_rows : {-2, fit + 1})
+    refused(tile_rows, 1,
+            "tile_rows = " + std::to_string(tile_rows) + "; expected 0 (automatic), -1 (the general path) or 1 to " +
+                std::to_string(fit));
+  for (const int lanes : {-1, 3, 64}) refused(1, lanes, "lanes = " + std::to_string(lanes) + "; expected 0 (automatic) or a power of two up to 32");
 }
-

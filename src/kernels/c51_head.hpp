@@ -47,20 +47,26 @@ struct DuelingOne {
   KOKKOS_INLINE_FUNCTION const float* branch_bias(const DuelingEntry&, int) const { return nullptr; }
 };
 
-// Log-softmax over atoms of one (row, action), serially in one thread: logit(j) forms logit j,
-// l points at atoms floats that receive the logits and then, in place, the log-probabilities.
-template <class Logit>
-KOKKOS_INLINE_FUNCTION void log_softmax_serial(int atoms, const Logit& logit, float* l) {
-  float mx = Kokkos::reduction_identity<float>::max();
-  for (int j = 0; j < atoms; ++j) {
-    const float y = logit(j);
-    l[j] = y;
-    if (y > mx) mx = y;  // a NaN logit never wins here; it poisons the sum below instead
-  }
+// Log-softmax over atoms of one (row, action) on a team thread's vector lanes (one lane: a serial
+// loop; on CUDA the max and the sum are shuffles, no team barrier). logit(j) forms logit j; l
+// points at atoms floats that receive the logits and then, in place, the log-probabilities. Each
+// lane reads back only the atoms it wrote.
+template <class Member, class Logit>
+KOKKOS_INLINE_FUNCTION void log_softmax_lanes(const Member& team, int atoms, const Logit& logit, float* l) {
+  float mx = 0.f;
+  Kokkos::parallel_reduce(
+      Kokkos::ThreadVectorRange(team, atoms),
+      [&](const int j, float& m) {
+        const float y = logit(j);
+        l[j] = y;
+        if (y > m) m = y;  // a NaN logit never wins here; it poisons the sum below instead
+      },
+      Kokkos::Max<float>(mx));
   float s = 0.f;
-  for (int j = 0; j < atoms; ++j) s += ::expf(l[j] - mx);
+  Kokkos::parallel_reduce(
+      Kokkos::ThreadVectorRange(team, atoms), [&](const int j, float& acc) { acc += ::expf(l[j] - mx); }, s);
   const float lse = mx + ::logf(s);
-  for (int j = 0; j < atoms; ++j) l[j] -= lse;
+  Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, atoms), [&](const int j) { l[j] -= lse; });
 }
 
 // Scratch floats of one row of a tile: every action's logits, the value stream, each branch's mean.
@@ -70,8 +76,8 @@ inline std::size_t dueling_row_floats(const BranchTable& t, int atoms) {
 
 // The head of a tile of consecutive rows of one entry in team scratch: coalesced loads of each
 // branch's outputs (a tile's rows of branch k are one contiguous run), each branch's mean per
-// atom by a thread per (row, branch, atom), the log-softmax by a thread per (row, action) over
-// its atoms, then a coalesced store. Nsight on the warp kernel below: a warp per (row, branch)
+// atom by a lane per (row, branch, atom), the log-softmax by a team thread per (row, action),
+// its vector lanes over atoms, then a coalesced store. Nsight on the warp kernel below: a warp per (row, branch)
 // spent ~480 instructions per action on shuffles and idle lanes (51 atoms on 32 lanes) and was
 // instruction-bound at B = 4096.
 template <class Exec, class Entries>
@@ -96,18 +102,18 @@ struct DuelingTiles {
       const int c0 = table.cum(k), w = table.size(k) * atoms;
       const float* const src = x.branch_out + table.index(R, atoms, k, r0, 0, 0);
       const float* const bias = entries.branch_bias(x, k);
-      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, rows * w), [&](const int f) {
+      Kokkos::parallel_for(Kokkos::TeamVectorRange(team, rows * w), [&](const int f) {
         const int u = f / w, t = f % w;
         const float o = src[f];
         logit[(static_cast<std::size_t>(u) * A + c0) * atoms + t] = bias ? o + bias[t] : o;  // as the GEMM's bias pass
       });
     }
     const float* const vsrc = x.value + static_cast<std::size_t>(r0) * atoms;
-    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, rows * atoms), [&](const int f) {
+    Kokkos::parallel_for(Kokkos::TeamVectorRange(team, rows * atoms), [&](const int f) {
       value[f] = x.value_bias ? vsrc[f] + x.value_bias[f % atoms] : vsrc[f];
     });
     team.team_barrier();
-    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, rows * K * atoms), [&](const int f) {
+    Kokkos::parallel_for(Kokkos::TeamVectorRange(team, rows * K * atoms), [&](const int f) {
       const int u = f / (K * atoms), k = f / atoms % K, j = f % atoms, n = table.size(k);
       const float* const o = logit + (static_cast<std::size_t>(u) * A + table.cum(k)) * atoms + j;
       float m = 0.f;
@@ -120,11 +126,11 @@ struct DuelingTiles {
       float* const l = logit + static_cast<std::size_t>(f) * atoms;
       const float* const v = value + static_cast<std::size_t>(u) * atoms;
       const float* const m = mean + (static_cast<std::size_t>(u) * K + k) * atoms;
-      log_softmax_serial(atoms, [&](const int j) { return v[j] + l[j] - m[j]; }, l);
+      log_softmax_lanes(team, atoms, [&](const int j) { return v[j] + l[j] - m[j]; }, l);
     });
     team.team_barrier();
     float* const dst = x.logp + static_cast<std::size_t>(r0) * A * atoms;
-    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, rows * A * atoms), [&](const int f) { dst[f] = logit[f]; });
+    Kokkos::parallel_for(Kokkos::TeamVectorRange(team, rows * A * atoms), [&](const int f) { dst[f] = logit[f]; });
   }
 };
 
@@ -170,55 +176,61 @@ struct DuelingRows {
         mean[j] = m / static_cast<float>(n);
       });
       for (int a = 0; a < n; ++a) {
-        float mx = 0.f;
-        Kokkos::parallel_reduce(
-            Kokkos::ThreadVectorRange(team, atoms),
-            [&](const int j, float& mj) {
-              const float l = value[j] + out_k(a, j) - mean[j];
-              logits[j] = l;
-              if (l > mj) mj = l;
-            },
-            Kokkos::Max<float>(mx));
-        float s = 0.f;
-        Kokkos::parallel_reduce(
-            Kokkos::ThreadVectorRange(team, atoms), [&](const int j, float& acc) { acc += ::expf(logits[j] - mx); }, s);
-        const float lse = mx + ::logf(s);
         float* const out = x.logp + (static_cast<std::size_t>(r) * A + c0 + a) * atoms;
-        // Each lane reads back only the atoms it wrote.
-        Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, atoms), [&](const int j) { out[j] = logits[j] - lse; });
+        log_softmax_lanes(team, atoms, [&](const int j) { return value[j] + out_k(a, j) - mean[j]; }, logits);
+        Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, atoms), [&](const int j) { out[j] = logits[j]; });
       }
     });
   }
 };
 
 // Rows per tile: at most what keeps a team's scratch within kDuelingTileBytes (0 when one row
-// does not fit: the general path), and when the launch does not say, at most kDuelingTileRows.
-inline constexpr std::size_t kDuelingTileBytes = 48 * 1024;
-inline constexpr int kDuelingTileRows = 4;
+// does not fit: the general path). Kokkos adds its own team scratch to ours within the 48 KiB a
+// block gets without opting in (H200: 48 bytes, so 49,152 of ours failed to launch).
+inline constexpr std::size_t kDuelingTileBytes = 46 * 1024;
 
 inline int dueling_tile_fit(const BranchTable& t, int atoms) {
   const std::size_t fit = kDuelingTileBytes / (sizeof(float) * dueling_row_floats(t, atoms));
   return fit < 1024 ? static_cast<int>(fit) : 1024;
 }
-inline int dueling_tile_rows(const BranchTable& t, int atoms) {
-  const int fit = dueling_tile_fit(t, atoms);
-  return fit < kDuelingTileRows ? fit : kDuelingTileRows;
+
+// A tile's shape: rows per tile (0: the general path) and vector lanes per (row, action).
+struct DuelingShape {
+  int tile_rows = 0, lanes = 1;
+};
+
+// The shape when the launch does not say. Measured on the H200 (BM_Dueling, three passes of B
+// rows at the reference head, this session's first tiles with one lane): tiles of one row beat
+// the general path from B = 1024 (19.4 against 25.6 µs; 71 against 98 µs at 4096) and lost up to
+// B = 256 (14.5 against 12.6 µs); larger tiles were slower at every B. On the host (2 cores) the
+// general path won at 256 and 4096. So: tiles of one row on a device once the launch covers
+// kDuelingTileMinRows rows, else the general path.
+inline constexpr int kDuelingTileMinRows = 1536;
+inline constexpr int kDuelingLanes = 1;
+
+template <class Exec>
+DuelingShape dueling_shape(const BranchTable& t, int atoms, long long rows) {
+  constexpr bool host = Kokkos::SpaceAccessibility<Kokkos::HostSpace, typename Exec::memory_space>::accessible;
+  if (host || rows < kDuelingTileMinRows || dueling_tile_fit(t, atoms) < 1) return {0, 1};
+  return {1, kDuelingLanes};
 }
 
-// Launches the head over every entry of `entries` (at most max_rows rows each): tiles of
-// tile_rows rows, or the general path when tile_rows is 0.
+// Launches the head over every entry of `entries` (at most max_rows rows each), in tiles of the
+// given shape or on the general path.
 template <class Exec, class Entries>
 void launch_dueling(const Exec& exec, const Entries& entries, int count, int max_rows, const BranchTable& table,
-                    int atoms, int tile_rows) {
+                    int atoms, DuelingShape shape) {
   constexpr bool host = Kokkos::SpaceAccessibility<Kokkos::HostSpace, typename Exec::memory_space>::accessible;
-  if (tile_rows > 0) {
+  if (shape.tile_rows > 0) {
     using F = DuelingTiles<Exec, Entries>;
-    const int tiles = (max_rows + tile_rows - 1) / tile_rows, threads = tile_rows * table.actions;
-    // A thread per (row, action) for the log-softmax, whole warps, at most 256.
-    const int team = host ? 1 : (threads + 31) / 32 * 32 < 256 ? (threads + 31) / 32 * 32 : 256;
-    Kokkos::TeamPolicy<Exec> policy(exec, count * tiles, team, 1);
-    policy.set_scratch_size(0, Kokkos::PerTeam(sizeof(float) * tile_rows * dueling_row_floats(table, atoms)));
-    Kokkos::parallel_for("zs::dueling_tiles", policy, F{entries, table, atoms, tile_rows, tiles});
+    const int tiles = (max_rows + shape.tile_rows - 1) / shape.tile_rows, lanes = host ? 1 : shape.lanes;
+    // A team thread per (row, action) for the log-softmax, in whole warps, at most 512 lanes;
+    // more (row, action)s take turns.
+    const int wanted = (shape.tile_rows * table.actions * lanes + 31) / 32 * 32;
+    const int team = host ? 1 : (wanted < 512 ? wanted : 512) / lanes;
+    Kokkos::TeamPolicy<Exec> policy(exec, count * tiles, team, lanes);
+    policy.set_scratch_size(0, Kokkos::PerTeam(sizeof(float) * shape.tile_rows * dueling_row_floats(table, atoms)));
+    Kokkos::parallel_for("zs::dueling_tiles", policy, F{entries, table, atoms, shape.tile_rows, tiles});
   } else {
     using F = DuelingRows<Exec, Entries>;
     // Up to 8 units a team on a device, within the tiles' scratch budget.
@@ -237,11 +249,12 @@ class DuelingLaunch {
  public:
   DuelingLaunch() = default;
   // branch_biases: per entry with branch_bias >= 0, K pointers from that index on.
-  // tile_rows: rows per tile, 1 to what fits in kDuelingTileBytes of scratch; 0 picks it
-  // (dueling_tile_rows); kRowsPath takes the general path.
+  // tile_rows: rows per tile, 1 to what fits in kDuelingTileBytes of scratch, or kRowsPath for
+  // the general path; lanes: 1, 2, 4, 8, 16 or 32 per (row, action) (one on the host). 0: as
+  // dueling_shape picks.
   static constexpr int kRowsPath = -1;
   DuelingLaunch(const std::vector<DuelingEntry>& entries, const std::vector<const float*>& branch_biases,
-                const BranchTable& table, int atoms, int tile_rows = 0)
+                const BranchTable& table, int atoms, int tile_rows = 0, int lanes = 0)
       : table_(table), atoms_(atoms) {
     require(!entries.empty() && atoms >= 1, "DuelingLaunch: ", entries.size(), " entries of ", atoms,
             " atoms; expected at least one entry and one atom");
@@ -260,20 +273,28 @@ class DuelingLaunch {
     require(tile_rows == kRowsPath || (tile_rows >= 0 && tile_rows <= fit), "DuelingLaunch: tile_rows = ", tile_rows,
             "; expected 0 (automatic), ", kRowsPath, " (the general path) or 1 to ", fit, " (the rows of ",
             dueling_row_floats(table, atoms), " floats that fit in ", kDuelingTileBytes, " bytes of scratch)");
-    tile_rows_ = tile_rows == kRowsPath ? 0 : tile_rows > 0 ? tile_rows : dueling_tile_rows(table, atoms);
+    require(lanes >= 0 && lanes <= 32 && (lanes & (lanes - 1)) == 0, "DuelingLaunch: lanes = ", lanes,
+            "; expected 0 (automatic) or a power of two up to 32");
+    if (tile_rows == 0) {
+      shape_ = dueling_shape<Exec>(table, atoms, static_cast<long long>(entries.size()) * max_rows_);
+      if (lanes > 0 && shape_.tile_rows > 0) shape_.lanes = lanes;
+    } else {
+      shape_ = tile_rows == kRowsPath ? DuelingShape{0, 1} : DuelingShape{tile_rows, lanes > 0 ? lanes : kDuelingLanes};
+    }
     table_dev_ = {device_table<typename Exec::memory_space>("zs::dueling::entries", entries),
                   device_table<typename Exec::memory_space>("zs::dueling::biases", biases)};
   }
   void operator()(const Exec& exec) const {
-    launch_dueling(exec, table_dev_, static_cast<int>(table_dev_.entries.extent(0)), max_rows_, table_, atoms_, tile_rows_);
+    launch_dueling(exec, table_dev_, static_cast<int>(table_dev_.entries.extent(0)), max_rows_, table_, atoms_, shape_);
   }
-  // Rows per tile; 0 on the general path.
-  int tile_rows() const { return tile_rows_; }
+  // The shape it launches; tile_rows 0 on the general path.
+  DuelingShape shape() const { return shape_; }
 
  private:
   DuelingTable<typename Exec::memory_space> table_dev_;
   BranchTable table_;
-  int atoms_ = 0, max_rows_ = 0, tile_rows_ = 0;
+  int atoms_ = 0, max_rows_ = 0;
+  DuelingShape shape_;
 };
 
 // The head of one set of activations whose outputs already hold their biases (Network::forward).
@@ -298,7 +319,7 @@ void dueling_log_softmax(const Exec& exec,
   e.logp = logp.data();
   e.total_rows = e.rows = static_cast<int>(rows);
   launch_dueling(exec, DuelingOne{e}, 1, e.rows, table, static_cast<int>(atoms),
-                 dueling_tile_rows(table, static_cast<int>(atoms)));
+                 dueling_shape<Exec>(table, static_cast<int>(atoms), e.rows));
 }
 
 }  // namespace zs::kernels

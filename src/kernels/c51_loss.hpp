@@ -51,35 +51,43 @@ struct C51Loss {
     return b != b ? 0.f : b;
   }
 
-  // a* of every branch on a device: a team thread (a warp) per action forms its Q terms in its
-  // scratch row, one lane sums them in atom order (c51_q's Q, so acting's argmax), and the keys
-  // meet in the branch's best_key by atomic max (a total order: any order of arrival, one a*).
-  // Nsight: a warp per branch doing its actions one after another was most of the loss's time.
-  KOKKOS_INLINE_FUNCTION void device_a_stars(const Member& team, double* terms, std::uint64_t* best_key, int i) const {
+  int q_group = 1;  // device: actions whose Q terms a warp holds in scratch at once (c51_loss sets it)
+
+  // a* of one branch on a device warp, the same Q as acting (c51_q: double terms summed serially
+  // in atom order) without one lane doing every action's exps alone: the lanes form the terms of
+  // q_group actions into the warp's scratch, then one lane per action sums its row in order.
+  KOKKOS_INLINE_FUNCTION int device_a_star(const Member& team, double* terms, int i, int c0, int n) const {
     const int B = static_cast<int>(rewards.extent(0)), atoms = sup.atoms;
     const float dz = sup.delta();
-    Kokkos::parallel_for(Kokkos::TeamVectorRange(team, table.branches), [&](const int k) { best_key[k] = 0; });
-    team.team_barrier();
-    double* const row = terms + static_cast<std::size_t>(team.team_rank()) * atoms;
-    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, table.actions), [&](const int g) {
-      const int k = table.branch_of(g);
-      Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, atoms),
-                           [&](const int j) { row[j] = c51_q_term(logp_online(B + i, g, j), j, sup.v_min, dz); });
-      // The vector loop ends with a warp barrier, and so does the single: the next action's
-      // terms overwrite the row only after it has been summed.
-      Kokkos::single(Kokkos::PerThread(team), [&]() {
-        double s = 0.0;
-        for (int j = 0; j < atoms; ++j) s += row[j];
-        Kokkos::atomic_fetch_max(&best_key[k], greedy_key(static_cast<float>(s), g - table.cum(k)));
+    std::uint64_t key = 0;
+    for (int a0 = 0; a0 < n; a0 += q_group) {
+      const int g = n - a0 < q_group ? n - a0 : q_group;
+      Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, g * atoms), [&](const int t) {
+        const int a = t / atoms, j = t % atoms;
+        terms[t] = c51_q_term(logp_online(B + i, c0 + a0 + a, j), j, sup.v_min, dz);
       });
-    });
-    team.team_barrier();
+      std::uint64_t chunk = 0;
+      Kokkos::parallel_reduce(
+          Kokkos::ThreadVectorRange(team, g),
+          [&](const int a, std::uint64_t& best_key) {
+            double s = 0.0;
+            for (int j = 0; j < atoms; ++j) s += terms[a * atoms + j];
+            const std::uint64_t k_a = greedy_key(static_cast<float>(s), a0 + a);
+            if (k_a > best_key) best_key = k_a;
+          },
+          Kokkos::Max<std::uint64_t>(chunk));
+      // The next chunk overwrites the rows just read: the reduction's shuffles order the lanes,
+      // but only a warp barrier says so to racecheck (Kokkos' vector single ends with one).
+      Kokkos::single(Kokkos::PerThread(team), [] {});
+      if (chunk > key) key = chunk;
+    }
+    return greedy_of(key);
   }
 
   // Target atom j of the projection: Σ p_l·(1 − |b_l − j|) over the source atoms within one atom
-  // of it, in source order. The positions b_l rise with l when γⁿ(1 − done) ≥ 0 (float rounding
-  // keeps that order), so those sources are one run, found by bisection; the same terms in the
-  // same order as the loop over every source, which the other case takes.
+  // of it, in source order. When the positions b_l rise with l (whenever γⁿ(1 − done) ≥ 0),
+  // those sources are one run, found by bisection: the same terms in the same order as the loop
+  // over every source, which is what a falling set of positions gets.
   KOKKOS_INLINE_FUNCTION float gather(const float* pos, const float* prob, int atoms, int j, bool rising) const {
     const float fj = static_cast<float>(j);
     int l = 0;
@@ -100,11 +108,10 @@ struct C51Loss {
     return m;
   }
 
-  // One team per sample; on a device, a* of every branch first (device_a_stars), then a team
-  // thread per branch (a warp on CUDA), its vector lanes over atoms, so every sum over atoms is a
-  // warp shuffle and the branches run side by side. Per-branch results meet in team scratch and
-  // are added in branch order after one barrier: a fixed order, so the same inputs always give
-  // the same bits (graph replay equals direct launch).
+  // One team per sample; a team thread per branch (a warp on CUDA), its vector lanes over atoms,
+  // so every sum over atoms is a warp shuffle and the branches run side by side. Per-branch
+  // results meet in team scratch and are added in branch order after one barrier: a fixed
+  // order, so the same inputs always give the same bits (graph replay equals direct launch).
   KOKKOS_INLINE_FUNCTION void operator()(const Member& team, float& loss_sum) const {
     constexpr bool host = Kokkos::SpaceAccessibility<Kokkos::HostSpace, MS>::accessible;
     const int i = team.league_rank();
@@ -117,19 +124,14 @@ struct C51Loss {
     float* const dq_of = static_cast<float*>(team.team_scratch(0).get_shmem(sizeof(float) * K * atoms));
     float* const source_of =
         host ? nullptr : static_cast<float*>(team.team_scratch(0).get_shmem(sizeof(float) * K * 2 * atoms));
-    std::uint64_t* const best_key =
+    double* const terms_of =
         host ? nullptr
-             : static_cast<std::uint64_t*>(team.team_scratch(0).get_shmem_aligned(sizeof(std::uint64_t) * K,
-                                                                                  alignof(std::uint64_t)));
-    double* const terms =
-        host ? nullptr
-             : static_cast<double*>(team.team_scratch(0).get_shmem_aligned(sizeof(double) * team.team_size() * atoms,
-                                                                           alignof(double)));
-    if (!host) device_a_stars(team, terms, best_key, i);
+             : static_cast<double*>(team.team_scratch(0).get_shmem_aligned(
+                   sizeof(double) * team.team_size() * q_group * atoms, alignof(double)));
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, K), [&](const int k) {
       const int c0 = table.cum(k), n = table.cum(k + 1) - c0;
       const int a_star = host ? greedy_action([&](const int a) { return c51_q(&logp_online(B + i, c0 + a, 0), atoms, sup.v_min, sup.delta()); }, n)
-                              : greedy_of(best_key[k]);
+                              : device_a_star(team, terms_of + team.team_rank() * q_group * atoms, i, c0, n);
       // Categorical projection: p(⌈b⌉ − b) to ⌊b⌋ and p(b − ⌊b⌋) to ⌈b⌉, all of p when b is a
       // support point. The host scatters, in atom order. Lanes gather instead — target atom j
       // takes p_l·(1 − |b_l − j|) from every source atom within one atom of it — the same split
@@ -226,20 +228,21 @@ void c51_loss(const Exec& exec, const C51Loss<Exec>& f, const Kokkos::View<float
           f.priorities.extent(0), " entries; expected B = ", B);
   require(static_cast<int>(f.logp_online.extent(2)) == f.sup.atoms, "c51_loss: ", f.logp_online.extent(2),
           " atoms in the head; expected ", f.sup.atoms);
-  // Device: a warp per action for a*, then per branch, up to 16 warps a team (more take turns)
-  // while their rows of Q terms stay within 16 KiB. Host: one thread.
+  // Device: a warp per branch (up to 32 branches a team; more take turns). Host: one thread.
   constexpr bool host = Kokkos::SpaceAccessibility<Kokkos::HostSpace, typename Exec::memory_space>::accessible;
   const int K = f.table.branches;
-  const int warps = host ? 1 : std::max(1, std::min({16, std::max(K, f.table.actions), 16384 / (8 * f.sup.atoms)}));
-  Kokkos::TeamPolicy<Exec> policy(exec, static_cast<int>(B), warps, host ? 1 : 32);
+  Kokkos::TeamPolicy<Exec> policy(exec, static_cast<int>(B), host ? 1 : (K < 32 ? K : 32), host ? 1 : 32);
   // Scratch blocks: CE per branch, value-gradient rows per branch and, on a device, each branch's
-  // source positions and probabilities, a* keys and a row of Q terms per warp; Kokkos aligns each.
-  const std::size_t device_only =
-      host ? 0
-           : sizeof(float) * 2 * K * f.sup.atoms + sizeof(std::uint64_t) * K +
-                 sizeof(double) * static_cast<std::size_t>(warps) * f.sup.atoms;
-  policy.set_scratch_size(0, Kokkos::PerTeam(sizeof(float) * (K + K * f.sup.atoms) + device_only + 256));
-  Kokkos::parallel_reduce("zs::c51_loss", policy, f, loss);
+  // source positions and probabilities; Kokkos aligns each block.
+  const int sources = host ? 0 : 2 * K * f.sup.atoms;
+  // a*'s Q terms: up to 4 actions' rows per warp, while the team's rows stay within 16 KiB.
+  const int warps = host ? 0 : (K < 32 ? K : 32);
+  const int widest = std::max(1, f.table.widest());
+  C51Loss<Exec> g = f;
+  g.q_group = host ? 1 : std::max(1, std::min({4, widest, 16384 / (warps * 8 * f.sup.atoms)}));
+  const std::size_t terms = sizeof(double) * static_cast<std::size_t>(warps * g.q_group * f.sup.atoms);
+  policy.set_scratch_size(0, Kokkos::PerTeam(sizeof(float) * (K + K * f.sup.atoms + sources) + terms + 256));
+  Kokkos::parallel_reduce("zs::c51_loss", policy, g, loss);
 }
 
 }  // namespace zs::kernels
