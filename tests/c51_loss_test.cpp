@@ -93,45 +93,4 @@ TEST(C51Loss, ASupportTheConfigRefusesStillWritesOnlyInsideTheViews) {
   }
 }
 
-// The device's projection gathers each target atom from the run of sources within one atom of it
-// (C51Loss::gather, found by bisection when the positions rise): the same terms in the same order
-// as the loop over every source, so the same bits. Positions as the loss forms them: spread out,
-// bunched (γⁿ small), all on one point (done), past both ends; and a falling set, which loops.
-TEST(C51Loss, TheProjectionsRunOfSourcesGivesTheFullLoopsBits) {
-  const auto seed = zs::test::fresh_seed();
-  SCOPED_TRACE(testing::Message() << "seed " << seed);
-  const int atoms = 51;
-  const zs::kernels::Support sup{-10.f, 10.f, 0.99f, atoms};
-  zs::kernels::C51Loss<Kokkos::DefaultHostExecutionSpace> f;
-  f.sup = sup;
-  const auto noise = zs::test::random_normal(8 * atoms + 8, seed, 1.f);
-  std::vector<float> prob(atoms);
-  for (int l = 0; l < atoms; ++l) prob[l] = std::abs(noise[l]) / atoms;
-  int checked = 0;
-  for (int c = 0; c < 8; ++c) {
-    const float reward = 6.f * noise[8 * atoms + c], scale = c == 2 ? 0.f : (c == 3 ? 0.05f : (c == 7 ? -0.9f : 0.99f));
-    std::vector<float> pos(atoms);
-    for (int l = 0; l < atoms; ++l) {
-      float tz = reward + scale * sup.z(l);
-      tz = tz < sup.v_min ? sup.v_min : (tz > sup.v_max ? sup.v_max : tz);
-      pos[l] = (tz - sup.v_min) / sup.delta();
-    }
-    bool rising = true;
-    for (int l = 1; l < atoms; ++l) rising = rising && !(pos[l] < pos[l - 1]);
-    EXPECT_EQ(rising, scale >= 0.f) << "case " << c;
-    for (int j = 0; j < atoms; ++j) {
-      float full = 0.f;
-      for (int l = 0; l < atoms; ++l) {
-        const float w = 1.f - std::fabs(pos[l] - static_cast<float>(j));
-        if (w > 0.f) full += prob[l] * w;
-      }
-      const float got = f.gather(pos.data(), prob.data(), atoms, j, rising);
-      EXPECT_TRUE(zs::test::same_bits(std::vector<float>{got}, std::vector<float>{full}))
-          << "case " << c << ", atom " << j << ": " << got << " vs " << full;
-      checked += full > 0.f;
-    }
-  }
-  EXPECT_GT(checked, 8 * 2);  // mass landed somewhere in every case
-}
-
 }  // namespace

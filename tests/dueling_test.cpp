@@ -135,7 +135,7 @@ TEST(Dueling, EveryPassMatchesTheDoubleReferenceInTilesOfAnySizeAndOnTheGeneralP
     const auto rows_path = x.run(stream, t, atoms, kRowsPath);
     EXPECT_EQ(x.shape.tile_rows, 0);
     EXPECT_LT(x.error(rows_path, t, atoms), 1e-5) << "general path";
-    for (const int lanes : {1, 4, 32}) {
+    for (const int lanes : {1, 4, 8, 32}) {
       std::vector<std::vector<float>> first;
       for (const int tile_rows : {1, 2, 3, 8}) {
         SCOPED_TRACE(testing::Message() << "tile_rows " << tile_rows << ", lanes " << lanes);

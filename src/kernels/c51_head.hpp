@@ -199,20 +199,27 @@ struct DuelingShape {
   int tile_rows = 0, lanes = 1;
 };
 
-// The shape when the launch does not say. Measured on the H200 (BM_Dueling, three passes of B
-// rows at the reference head, this session's first tiles with one lane): tiles of one row beat
-// the general path from B = 1024 (19.4 against 25.6 µs; 71 against 98 µs at 4096) and lost up to
-// B = 256 (14.5 against 12.6 µs); larger tiles were slower at every B. On the host (2 cores) the
-// general path won at 256 and 4096. So: tiles of one row on a device once the launch covers
-// kDuelingTileMinRows rows, else the general path.
-inline constexpr int kDuelingTileMinRows = 1536;
-inline constexpr int kDuelingLanes = 1;
+// The shape when the launch does not say, from BM_Dueling on the H200 (three passes of B rows at
+// the reference head, graph replay, µs):
+//
+//   B per pass                 8      64     256    1024   4096
+//   general path            11.5    11.5    13.3    26.7  102.0
+//   1 row, 1 lane           15.5    15.8    16.3    22.2   80.7
+//   1 row, 32 lanes          5.8     6.7    12.7    41.8  177.6
+//   2 rows, 8 lanes          8.0     8.3     9.2    22.4   86.0
+//   2 rows, 4 lanes         11.0    11.3    11.5    19.1   67.8
+//
+// Few rows want the most lanes (each row's serial chain is the time); many rows want few (the
+// lanes' shuffles are the work). On the host (2 cores) the general path won at 256 and 4096.
+inline constexpr int kDuelingFewRows = 256, kDuelingSomeRows = 1536;
 
 template <class Exec>
 DuelingShape dueling_shape(const BranchTable& t, int atoms, long long rows) {
   constexpr bool host = Kokkos::SpaceAccessibility<Kokkos::HostSpace, typename Exec::memory_space>::accessible;
-  if (host || rows < kDuelingTileMinRows || dueling_tile_fit(t, atoms) < 1) return {0, 1};
-  return {1, kDuelingLanes};
+  const int fit = dueling_tile_fit(t, atoms);
+  if (host || fit < 1) return {0, 1};
+  if (rows <= kDuelingFewRows) return {1, 32};
+  return {fit >= 2 ? 2 : 1, rows <= kDuelingSomeRows ? 8 : 4};
 }
 
 // Launches the head over every entry of `entries` (at most max_rows rows each), in tiles of the
@@ -279,7 +286,7 @@ class DuelingLaunch {
       shape_ = dueling_shape<Exec>(table, atoms, static_cast<long long>(entries.size()) * max_rows_);
       if (lanes > 0 && shape_.tile_rows > 0) shape_.lanes = lanes;
     } else {
-      shape_ = tile_rows == kRowsPath ? DuelingShape{0, 1} : DuelingShape{tile_rows, lanes > 0 ? lanes : kDuelingLanes};
+      shape_ = tile_rows == kRowsPath ? DuelingShape{0, 1} : DuelingShape{tile_rows, lanes > 0 ? lanes : 1};
     }
     table_dev_ = {device_table<typename Exec::memory_space>("zs::dueling::entries", entries),
                   device_table<typename Exec::memory_space>("zs::dueling::biases", biases)};

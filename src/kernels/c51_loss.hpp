@@ -84,30 +84,6 @@ struct C51Loss {
     return greedy_of(key);
   }
 
-  // Target atom j of the projection: Σ p_l·(1 − |b_l − j|) over the source atoms within one atom
-  // of it, in source order. When the positions b_l rise with l (whenever γⁿ(1 − done) ≥ 0),
-  // those sources are one run, found by bisection: the same terms in the same order as the loop
-  // over every source, which is what a falling set of positions gets.
-  KOKKOS_INLINE_FUNCTION float gather(const float* pos, const float* prob, int atoms, int j, bool rising) const {
-    const float fj = static_cast<float>(j);
-    int l = 0;
-    if (rising) {
-      int hi = atoms;  // first source with b_l > j − 1: the run starts there
-      while (l < hi) {
-        const int mid = (l + hi) / 2;
-        if (pos[mid] - fj > -1.f) hi = mid; else l = mid + 1;
-      }
-    }
-    float m = 0.f;
-    for (; l < atoms; ++l) {
-      const float d = pos[l] - fj;
-      if (rising && d >= 1.f) break;
-      const float w = 1.f - ::fabsf(d);
-      if (w > 0.f) m += prob[l] * w;
-    }
-    return m;
-  }
-
   // One team per sample; a team thread per branch (a warp on CUDA), its vector lanes over atoms,
   // so every sum over atoms is a warp shuffle and the branches run side by side. Per-branch
   // results meet in team scratch and are added in branch order after one barrier: a fixed
@@ -166,12 +142,14 @@ struct C51Loss {
           pos[l] = position(i, l);
           prob[l] = ::expf(logp_target(i, c0 + a_star, l));
         });
-        int falls = 0;
-        Kokkos::parallel_reduce(
-            Kokkos::ThreadVectorRange(team, 1, atoms), [&](const int l, int& n_falls) { n_falls += pos[l] < pos[l - 1]; },
-            falls);
         Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, atoms), [&](const int j) {
-          projected(i, k, j) = finite_inputs ? gather(pos, prob, atoms, j, falls == 0) : 0.f;
+          float m = 0.f;
+          if (finite_inputs)
+            for (int l = 0; l < atoms; ++l) {
+              const float w = 1.f - ::fabsf(pos[l] - static_cast<float>(j));
+              if (w > 0.f) m += prob[l] * w;
+            }
+          projected(i, k, j) = m;
         });
       }
       const int taken = actions(i, k);
