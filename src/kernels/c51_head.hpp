@@ -70,16 +70,16 @@ KOKKOS_INLINE_FUNCTION void log_softmax_lanes(const Member& team, int atoms, con
 }
 
 // Scratch floats of one row of a tile: every action's logits, the value stream, each branch's mean.
-inline std::size_t dueling_row_floats(const BranchTable& t, int atoms) {
+KOKKOS_INLINE_FUNCTION std::size_t dueling_row_floats(const BranchTable& t, int atoms) {
   return static_cast<std::size_t>(t.actions + 1 + t.branches) * atoms;
 }
 
 // The head of a tile of consecutive rows of one entry in team scratch: coalesced loads of each
 // branch's outputs (a tile's rows of branch k are one contiguous run), each branch's mean per
 // atom by a lane per (row, branch, atom), the log-softmax by a team thread per (row, action),
-// its vector lanes over atoms, then a coalesced store. Nsight on the warp kernel below: a warp per (row, branch)
-// spent ~480 instructions per action on shuffles and idle lanes (51 atoms on 32 lanes) and was
-// instruction-bound at B = 4096.
+// its vector lanes over atoms, then a coalesced store. Nsight on the general path below (a warp
+// per (row, branch)): ~480 instructions per action, mostly shuffles and idle lanes (51 atoms on
+// 32 lanes); instruction-bound at B = 4096. dueling_shape says which tiles win where.
 template <class Exec, class Entries>
 struct DuelingTiles {
   using Member = typename Kokkos::TeamPolicy<Exec>::member_type;
@@ -94,8 +94,8 @@ struct DuelingTiles {
     if (first >= x.rows) return;  // the whole team leaves: no barrier is left waiting
     const int rows = x.rows - first < tile_rows ? x.rows - first : tile_rows;
     const int r0 = x.row0 + first, R = x.total_rows;
-    float* const logit = static_cast<float*>(team.team_scratch(0).get_shmem(
-        sizeof(float) * static_cast<std::size_t>(tile_rows) * (A + 1 + K) * atoms));
+    float* const logit = static_cast<float*>(
+        team.team_scratch(0).get_shmem(sizeof(float) * tile_rows * dueling_row_floats(table, atoms)));
     float* const value = logit + static_cast<std::size_t>(tile_rows) * A * atoms;
     float* const mean = value + static_cast<std::size_t>(tile_rows) * atoms;
     for (int k = 0; k < K; ++k) {
@@ -134,8 +134,8 @@ struct DuelingTiles {
   }
 };
 
-// The general path, for rows too wide for a tile in scratch: a team thread per (entry, row,
-// branch), its vector lanes over atoms. The value stream and the branch's mean are formed once
+// The general path, on the host and for rows too wide for a tile in scratch: a team thread per
+// (entry, row, branch), its vector lanes over atoms. The value stream and the branch's mean are formed once
 // in scratch, then each action's log-softmax, its max and sum as lane reductions.
 template <class Exec, class Entries>
 struct DuelingRows {
