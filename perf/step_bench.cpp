@@ -65,6 +65,27 @@ BENCHMARK(BM_StepSideLane)
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 
+// The graph-replayed step with each trunk layer's bias and ReLU inside its products (1: cuBLASLt
+// epilogues on CUDA) and as a pass of their own (0). Args: fused, batch, trunk width, head width.
+void BM_StepFusedBias(benchmark::State& state) {
+  const zs::Config c = bench_config(static_cast<int>(state.range(2)), static_cast<int>(state.range(3)));
+  zs::TrainerOptions opt;
+  opt.fused_bias = state.range(0) != 0;
+  opt.batch_size = static_cast<int>(state.range(1));
+  zs::Trainer t(c, opt);
+  fill_batch(t);
+  zs::bench::time_on_stream(state, t.stream(), [&] { t.step(); }, 20);
+  state.counters["graph_nodes"] = static_cast<double>(t.graph_nodes());
+}
+BENCHMARK(BM_StepFusedBias)
+    ->ArgNames({"fused", "B", "width", "heads"})
+    ->Args({0, 256, 256, 128})
+    ->Args({1, 256, 256, 128})
+    ->Args({0, 4096, 512, 256})
+    ->Args({1, 4096, 512, 256})
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
+
 // One phase of the direct-launch step, spectral norm on: arg 0 is the phase, arg 1 picks the
 // reference config (0: B = 256) or the large one (1: B = 4096, trunk 512 × 512, heads 256).
 void BM_StepPhase(benchmark::State& state) {

@@ -28,6 +28,30 @@ Matrix to_device_matrix(const std::vector<float>& v, int rows, int cols) {
   return m;
 }
 
+// op(A)·op(B) in double, per element with the sum of its terms' magnitudes (the scale rounding
+// errors have), for row-major A [ar, ac] and B [br, bc].
+struct Reference {
+  std::vector<double> value, scale;
+};
+Reference reference_product(zs::Trans ta, zs::Trans tb, int m, int n, int k, const std::vector<float>& a,
+                            const std::vector<float>& b) {
+  const int ac = ta == zs::Trans::N ? k : m, bc = tb == zs::Trans::N ? n : k;
+  Reference r{std::vector<double>(std::size_t(m) * n), std::vector<double>(std::size_t(m) * n)};
+  for (int i = 0; i < m; ++i)
+    for (int j = 0; j < n; ++j) {
+      double s = 0, s_abs = 0;
+      for (int p = 0; p < k; ++p) {
+        const double x = ta == zs::Trans::N ? a[i * ac + p] : a[p * ac + i];
+        const double y = tb == zs::Trans::N ? b[p * bc + j] : b[j * bc + p];
+        s += x * y;
+        s_abs += std::fabs(x * y);
+      }
+      r.value[std::size_t(i) * n + j] = s;
+      r.scale[std::size_t(i) * n + j] = s_abs;
+    }
+  return r;
+}
+
 // Frobenius error of the device product against the double reference, relative to the size of
 // the terms summed (|α|·Σ|a·b| + |β·c| per element): the scale rounding errors have. Relative to
 // the result itself, a product that nearly cancels (1 × 1 × 1 with β·c ≈ −α·a·b) would fail any
@@ -39,19 +63,12 @@ double gemm_error(zs::Precision precision, zs::Trans ta, zs::Trans tb, int m, in
   const auto a = zs::test::random_normal(std::size_t(ar) * ac, seed);
   const auto b = zs::test::random_normal(std::size_t(br) * bc, seed + 1);
   const auto c0 = zs::test::random_normal(std::size_t(m) * n, seed + 2);
+  const Reference product = reference_product(ta, tb, m, n, k, a, b);
   std::vector<double> ref(std::size_t(m) * n), scale(std::size_t(m) * n);
-  for (int i = 0; i < m; ++i)
-    for (int j = 0; j < n; ++j) {
-      double s = 0, s_abs = 0;
-      for (int p = 0; p < k; ++p) {
-        const double x = ta == zs::Trans::N ? a[i * ac + p] : a[p * ac + i];
-        const double y = tb == zs::Trans::N ? b[p * bc + j] : b[j * bc + p];
-        s += x * y;
-        s_abs += std::fabs(x * y);
-      }
-      ref[i * n + j] = double(alpha) * s + double(beta) * c0[i * n + j];
-      scale[i * n + j] = std::fabs(double(alpha)) * s_abs + std::fabs(double(beta) * c0[i * n + j]);
-    }
+  for (std::size_t x = 0; x < ref.size(); ++x) {
+    ref[x] = double(alpha) * product.value[x] + double(beta) * c0[x];
+    scale[x] = std::fabs(double(alpha)) * product.scale[x] + std::fabs(double(beta) * c0[x]);
+  }
   zs::Stream stream;
   zs::Gemm gemm(stream, precision);
   auto da = to_device_matrix(a, ar, ac), db = to_device_matrix(b, br, bc);
@@ -142,5 +159,86 @@ TEST(Gemm, CapturedInAGraphAndReplayedWithNewInputs) {
         for (int p = 0; p < k; ++p) s += double(va[i * k + p]) * vb[p * n + j];
         ASSERT_NEAR(out[i * n + j], s, 1e-5 * (1 + std::abs(s)));
       }
+  }
+}
+
+// A product with its bias (and ReLU) in the same launch, against a double reference for every
+// transpose, ReLU on and off; a NaN input stays NaN through the ReLU, as through the separate
+// bias pass (the guard must see it in the loss); a missing bias is a clear error.
+TEST(Gemm, BiasAndReluRideInTheProduct) {
+  const auto seed = zs::test::fresh_seed();
+  SCOPED_TRACE(testing::Message() << "seed " << seed);
+  zs::Stream stream;
+  const int m = 37, n = 19, k = 23;
+  for (const zs::Precision precision : {zs::Precision::fp32, zs::Precision::tf32})
+    for (const zs::Trans ta : {zs::Trans::N, zs::Trans::T})
+      for (const zs::Trans tb : {zs::Trans::N, zs::Trans::T})
+        for (const bool relu : {false, true}) {
+          SCOPED_TRACE(testing::Message() << "precision " << (precision == zs::Precision::fp32 ? "fp32" : "tf32")
+                                          << ", ta " << int(ta) << ", tb " << int(tb) << ", relu " << relu);
+          const int ar = ta == zs::Trans::N ? m : k, ac = ta == zs::Trans::N ? k : m;
+          const int br = tb == zs::Trans::N ? k : n, bc = tb == zs::Trans::N ? n : k;
+          auto a = zs::test::random_normal(std::size_t(ar) * ac, seed);
+          const auto b = zs::test::random_normal(std::size_t(br) * bc, seed + 1);
+          const auto bias = zs::test::random_normal(n, seed + 2);
+          a[0] = std::nanf("");  // row 0 of op(A) (N) or its column 0 (T): C's row 0 either way
+          const Reference product = reference_product(ta, tb, m, n, k, a, b);
+          std::vector<double> ref(std::size_t(m) * n), scale(std::size_t(m) * n);
+          for (std::size_t x = 0; x < ref.size(); ++x) {
+            const double v = product.value[x] + bias[x % n];
+            ref[x] = relu && v < 0 ? 0.0 : v;
+            scale[x] = product.scale[x] + std::fabs(bias[x % n]);
+          }
+          zs::Gemm gemm(stream, precision);
+          auto da = to_device_matrix(a, ar, ac), db = to_device_matrix(b, br, bc);
+          zs::DeviceFloats dbias = zs::test::to_device(bias);
+          Matrix dc("c", m, n);
+          Kokkos::deep_copy(dc, 7.f);  // whatever C held is overwritten
+          zs::GemmBias p;
+          p.ta = ta;
+          p.tb = tb;
+          p.m = m;
+          p.n = n;
+          p.k = k;
+          p.a = da.data();
+          p.b = db.data();
+          p.c = dc.data();
+          p.bias = dbias.data();
+          p.relu = relu;
+          gemm(p);
+          stream.synchronize();
+          const auto out = zs::test::to_host(dc);
+          double num = 0, den = 0;
+          int cut = 0;
+          for (int i = 0; i < m; ++i)
+            for (int j = 0; j < n; ++j) {
+              const std::size_t x = std::size_t(i) * n + j;
+              if (i == 0) {
+                EXPECT_TRUE(std::isnan(out[x])) << "C[0][" << j << "] = " << out[x] << "; expected NaN";
+                continue;
+              }
+              num += (out[x] - ref[x]) * (out[x] - ref[x]);
+              den += scale[x] * scale[x];
+              cut += out[x] == 0.f;
+            }
+          const double tolerance = precision == zs::Precision::tf32 ? 1e-3 : 1e-5;
+          EXPECT_LT(std::sqrt(num / den), tolerance);
+          if (relu) {
+            EXPECT_GT(cut, m * n / 8) << "the ReLU must cut about half";
+          } else {
+            EXPECT_EQ(cut, 0);
+          }
+        }
+  zs::Gemm gemm(stream, zs::Precision::fp32);
+  zs::DeviceFloats buf("buf", 64);
+  zs::GemmBias p;
+  p.m = p.n = p.k = 4;
+  p.a = p.b = buf.data();
+  p.c = buf.data();
+  try {
+    gemm(p);
+    ADD_FAILURE() << "a product without its bias was accepted";
+  } catch (const zs::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("a null bias"), std::string::npos) << e.what();
   }
 }

@@ -333,3 +333,59 @@ TEST(NetworkPlan, ASideLaneChangesNoBitDirectlyOrInAGraph) {
     compare("replayed from a graph");
   }
 }
+
+// Each trunk layer's bias and ReLU inside its products (cuBLASLt epilogues on CUDA): the online
+// net's two passes as one product of 2B rows, the target's on the side lane. The same values as
+// the per-layer passes to rounding; with and without a side lane the same bits, enqueued
+// directly and replayed from a captured graph with new inputs.
+TEST(NetworkPlan, FusedBiasMatchesThePerLayerPassesWithAndWithoutASideLane) {
+  const auto seed = zs::test::fresh_seed();
+  SCOPED_TRACE(testing::Message() << "seed " << seed);
+  PlanSetup x(seed, 21);
+  const int B = x.B;
+  const auto& exec = x.stream.exec();
+  const zs::SideLane side(x.stream, zs::Precision::fp32);
+  zs::Activations on(x.c, 2 * B), tg(x.c, B), on_side(x.c, 2 * B), tg_side(x.c, B), on_ref(x.c, 2 * B),
+      tg_ref(x.c, B);
+  const zs::ForwardPlan fused(x.net, {{&x.online, x.s, &on, 0}, {&x.online, x.s2, &on, B}, {&x.target, x.s2, &tg, 0}},
+                              true);
+  const zs::ForwardPlan fused_side(
+      x.net, {{&x.online, x.s, &on_side, 0}, {&x.online, x.s2, &on_side, B}, {&x.target, x.s2, &tg_side, 0}}, true);
+  const zs::ForwardPlan plain(x.net,
+                              {{&x.online, x.s, &on_ref, 0}, {&x.online, x.s2, &on_ref, B}, {&x.target, x.s2, &tg_ref, 0}});
+  // Per trunk layer two products (the online pair, the target) instead of a batch and a bias pass;
+  // the target's three go to the side lane.
+  EXPECT_EQ(fused.launches(), plain.launches());
+  EXPECT_EQ(fused_side.side_launches(), 3 + plain.side_launches());
+
+  auto run = [&] {
+    fused.enqueue(exec, x.gemm);
+    fused_side.enqueue(exec, x.gemm, &side);
+    plain.enqueue(exec, x.gemm);
+  };
+  auto compare = [&](const char* how) {
+    x.stream.synchronize();
+    EXPECT_TRUE(zs::test::same_bits(to_host(on.logp), to_host(on_side.logp))) << how;
+    EXPECT_TRUE(zs::test::same_bits(to_host(tg.logp), to_host(tg_side.logp))) << how;
+    EXPECT_LT(max_rel(to_host(on.logp), as_double(to_host(on_ref.logp))), 1e-5) << how;
+    EXPECT_LT(max_rel(to_host(tg.logp), as_double(to_host(tg_ref.logp))), 1e-5) << how;
+    for (int i = 0; i < 3; ++i) {
+      EXPECT_LT(max_rel(to_host(on.trunk[i]), as_double(to_host(on_ref.trunk[i]))), 1e-5) << how << ", layer " << i;
+      EXPECT_LT(max_rel(to_host(tg.trunk[i]), as_double(to_host(tg_ref.trunk[i]))), 1e-5) << how << ", layer " << i;
+    }
+    const auto relu = to_host(on.trunk[0]);
+    EXPECT_GT(std::count(relu.begin(), relu.end(), 0.f), 0) << "the ReLU must have cut something";
+    EXPECT_GT(*std::max_element(relu.begin(), relu.end()), 0.f);
+  };
+  run();
+  compare("enqueued directly");
+  zs::Graph graph;
+  graph.capture(x.stream, run);
+  for (int r = 0; r < 2; ++r) {
+    fill(x.states, seed + 10 + r, 1.f);
+    fill(x.target.flat(), seed + 20 + r, 0.4f);
+    x.stream.synchronize();
+    graph.replay(x.stream);
+    compare("replayed from a graph");
+  }
+}

@@ -172,6 +172,31 @@ TEST(Trainer, GraphReplayEqualsDirectLaunch) {
   EXPECT_EQ(mg->running.steps, 6);
 }
 
+// The trunk's bias and ReLU inside its products (cuBLASLt epilogues on CUDA; the online net's two
+// passes as one product, the target's on the side lane): graph replay equals direct launch bit
+// for bit, and the first step's loss is the plain step's to rounding.
+TEST(Trainer, FusedBiasReplaysBitForBitAndMatchesThePlainStep) {
+  const auto seed = zs::test::fresh_seed();
+  SCOPED_TRACE(testing::Message() << "seed " << seed);
+  const auto c = small_config(seed);
+  zs::TrainerOptions fused, plain;
+  fused.batch_size = plain.batch_size = 16;
+  fused.fused_bias = true;
+  zs::Trainer graph(c, fused), direct(c, fused), reference(c, plain);
+  zs::test::step_on_same_batches(graph, reference, 1, seed + 100, step_both);
+  const auto mf = graph.metrics(), mp = reference.metrics();
+  ASSERT_TRUE(mf && mp);
+  EXPECT_NEAR(mf->raw_loss, mp->raw_loss, 1e-5 * std::max(1.0, std::abs(double(mp->raw_loss))));
+  zs::Trainer graph2(c, fused);
+  zs::test::step_on_same_batches(graph2, direct, 6, seed + 200, [](zs::Trainer& g, zs::Trainer& d) {
+    g.step();
+    d.step_direct();
+  });
+  EXPECT_TRUE(graph2.graph_recorded());
+  EXPECT_TRUE(zs::test::same_bits(host_copy(graph2.online().flat()), host_copy(direct.online().flat())));
+  EXPECT_TRUE(zs::test::same_bits(host_copy(graph2.target().flat()), host_copy(direct.target().flat())));
+}
+
 // The side lane (weight gradients on a second stream, forked and joined inside the step's
 // graph) changes no bit of the training: plain and with every auxiliary, whose terms enqueue
 // their own plans and products on it.
@@ -208,11 +233,14 @@ TEST(Trainer, NaNBatchTripsTheGuardAndChangesNothing) {
   const auto everything = with_every_auxiliary(spectral);
   auto hard = spectral;
   hard["hard_update_every"] = 2;
-  for (const auto& j : {plain, spectral, everything, hard}) {
+  for (const auto& j : {plain, spectral, everything, hard})
+  for (const bool fused : {false, true}) {
+    if (fused && j != plain) continue;  // the trunk's bias in its products: the plain step is enough
     const auto c = zs::Config::from_json(j);
-    SCOPED_TRACE(j.dump());
+    SCOPED_TRACE(j.dump() + (fused ? ", fused bias" : ""));
     zs::TrainerOptions opt;
     opt.batch_size = 8;
+    opt.fused_bias = fused;
     zs::Trainer tr(c, opt);
     auto hb = zs::random_batch(c, 8, seed + 3);
     zs::upload(tr.stream().exec(), c, hb, tr.batch());

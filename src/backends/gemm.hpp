@@ -51,6 +51,21 @@ class GemmBatch {
   GemmOut c_of(const GemmEntry& e) const { return GemmOut(e.c, m, n); }
 };
 
+// One product with a bias per column of C added in the same launch, and ReLU on request:
+// C = act(op(A)·op(B) + bias). CUDA: cuBLASLt's BIAS / RELU_BIAS epilogue, so no separate pass
+// over C; host: each core adds the bias to the rows of C it has just multiplied.
+struct GemmBias {
+  Trans ta = Trans::N, tb = Trans::N;
+  int m = 0, n = 0, k = 0;       // op(A) is [m, k], op(B) is [k, n], C is [m, n]
+  const float* a = nullptr;      // row-major, as GemmBatch's
+  const float* b = nullptr;
+  float* c = nullptr;
+  const float* bias = nullptr;   // [n]
+  bool relu = false;
+  int lda() const { return ta == Trans::N ? k : m; }
+  int ldb() const { return tb == Trans::N ? n : k; }
+};
+
 class Gemm {
  public:
   Gemm(Stream& stream, Precision precision);
@@ -67,6 +82,10 @@ class Gemm {
   // split K); on the host, the products shared out over the cores.
   void operator()(const GemmBatch& batch) const;
 
+  // C = act(op(A)·op(B) + bias), enqueued on the stream; no sync, no allocation. Throws
+  // zs::Error on a non-positive extent or a null pointer.
+  void operator()(const GemmBias& p) const;
+
   Precision precision() const { return precision_; }
   void set_precision(Precision p) { precision_ = p; }
 
@@ -78,5 +97,7 @@ class Gemm {
 
 // Throws zs::Error naming the extents when op(A)·op(B) does not fit C. Shared by backends.
 void check_gemm_shapes(Trans ta, Trans tb, const GemmIn& a, const GemmIn& b, const GemmOut& c);
+// Throws zs::Error naming what is missing or not positive in a GemmBias. Shared by backends.
+void check_gemm_bias(const GemmBias& p);
 
 }  // namespace zs

@@ -18,4 +18,11 @@ void check_gemm_shapes(Trans ta, Trans tb, const GemmIn& a, const GemmIn& b, con
           "]; expected all dimensions >= 1");
 }
 
+void check_gemm_bias(const GemmBias& p) {
+  require(p.m >= 1 && p.n >= 1 && p.k >= 1, "gemm with bias: [", p.m, ", ", p.k, "]·[", p.k, ", ", p.n,
+          "]; expected all dimensions >= 1");
+  require(p.a && p.b && p.c && p.bias, "gemm with bias: a null ", !p.a ? "A" : !p.b ? "B" : !p.c ? "C" : "bias",
+          "; expected A, B, C and the bias");
+}
+
 }  // namespace zs

@@ -76,7 +76,7 @@ std::vector<std::vector<int>> by_width(const std::vector<Head>& heads) {
 
 }  // namespace
 
-ForwardPlan::ForwardPlan(const Network& net, const std::vector<ForwardPass>& passes) {
+ForwardPlan::ForwardPlan(const Network& net, const std::vector<ForwardPass>& passes, bool fused_bias) {
   const Config& c = net.config();
   require(!passes.empty(), "ForwardPlan: 0 passes given; expected at least 1");
   const int R = static_cast<int>(passes[0].input.extent(0)), T = static_cast<int>(c.trunk.size());
@@ -92,25 +92,70 @@ ForwardPlan::ForwardPlan(const Network& net, const std::vector<ForwardPass>& pas
   }
   auto row = [](const DeviceFloats& f, int row0, int cols) { return f.data() + static_cast<std::size_t>(row0) * cols; };
 
-  for (int i = 0; i < T; ++i) {
-    const int in = i == 0 ? c.state_dim : c.trunk[i - 1], out = c.trunk[i];
-    std::vector<GemmEntry> g;
-    std::vector<BiasActEntry> b;
-    for (const ForwardPass& x : passes) {
-      const float* a = i == 0 ? x.input.data() : row(x.acts->trunk[i - 1], x.row0, in);
-      float* y = row(x.acts->trunk[i], x.row0, out);
-      g.push_back({a, x.params->weight(i).data(), y});
-      b.push_back({y, x.params->bias(i).data(), out, 1});
+  bool trunk_on_side = false;
+  if (fused_bias) {
+    // Runs of passes that one product covers: the same parameters and activations, adjacent
+    // rows, and (for the first layer) adjacent input rows.
+    std::vector<std::vector<std::size_t>> runs;
+    for (std::size_t p = 0; p < passes.size(); ++p) {
+      if (!runs.empty()) {
+        const ForwardPass& prev = passes[runs.back().back()];
+        const ForwardPass& x = passes[p];
+        if (x.params == prev.params && x.acts == prev.acts && x.row0 == prev.row0 + R &&
+            x.input.data() == prev.input.data() + static_cast<std::size_t>(R) * c.state_dim) {
+          runs.back().push_back(p);
+          continue;
+        }
+      }
+      runs.push_back({p});
     }
-    ops_.push_back(gemm_op(GemmBatch(Trans::N, Trans::T, R, out, in, 1.f, 0.f, g)));
-    kernels::BiasActLaunch<ExecSpace> bias(b, R);
-    ops_.push_back({[bias](const ExecSpace& exec, const Gemm&) { bias(exec); }});
+    // The side lane's runs first, so one fork at the plan's start lets their whole chain run
+    // beside the main one's; the heads then join it.
+    for (const bool side : {true, false})
+      for (const auto& run : runs) {
+        const ForwardPass& x = passes[run.front()];
+        const bool on_side = x.params != passes.front().params;
+        if (on_side != side) continue;
+        trunk_on_side = trunk_on_side || on_side;
+        for (int i = 0; i < T; ++i) {
+          const int in = i == 0 ? c.state_dim : c.trunk[i - 1], out = c.trunk[i];
+          GemmBias p;
+          p.ta = Trans::N;
+          p.tb = Trans::T;
+          p.m = R * static_cast<int>(run.size());
+          p.n = out;
+          p.k = in;
+          p.a = i == 0 ? x.input.data() : row(x.acts->trunk[i - 1], x.row0, in);
+          p.b = x.params->weight(i).data();
+          p.c = row(x.acts->trunk[i], x.row0, out);
+          p.bias = x.params->bias(i).data();
+          p.relu = true;
+          ops_.push_back({[p](const ExecSpace&, const Gemm& gemm) { gemm(p); }, on_side, false});
+        }
+      }
+  } else {
+    for (int i = 0; i < T; ++i) {
+      const int in = i == 0 ? c.state_dim : c.trunk[i - 1], out = c.trunk[i];
+      std::vector<GemmEntry> g;
+      std::vector<BiasActEntry> b;
+      for (const ForwardPass& x : passes) {
+        const float* a = i == 0 ? x.input.data() : row(x.acts->trunk[i - 1], x.row0, in);
+        float* y = row(x.acts->trunk[i], x.row0, out);
+        g.push_back({a, x.params->weight(i).data(), y});
+        b.push_back({y, x.params->bias(i).data(), out, 1});
+      }
+      ops_.push_back(gemm_op(GemmBatch(Trans::N, Trans::T, R, out, in, 1.f, 0.f, g)));
+      kernels::BiasActLaunch<ExecSpace> bias(b, R);
+      ops_.push_back({[bias](const ExecSpace& exec, const Gemm&) { bias(exec); }});
+    }
   }
 
   std::vector<HeadPass> heads;
   for (const ForwardPass& x : passes)
     heads.push_back({x.params, row(x.acts->trunk[T - 1], x.row0, F), net.main_heads(), x.acts->heads(), x.row0});
+  const std::size_t first_head_op = ops_.size();
   add_heads(net, heads, R);
+  if (trunk_on_side) ops_[first_head_op].joins = true;  // the heads read every pass's features
 }
 
 ForwardPlan::ForwardPlan(const Network& net, const ParamBuffer& params, const ConstMatrixView& features,

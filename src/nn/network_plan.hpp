@@ -54,7 +54,11 @@ class ForwardPlan {
  public:
   // Every pass has the same row count. The dueling/log-softmax runs once per distinct
   // Activations over all its rows, so the passes should cover each Activations they name.
-  ForwardPlan(const Network& net, const std::vector<ForwardPass>& passes);
+  // fused_bias: each trunk layer's bias and ReLU ride in its products (Gemm's GemmBias: cuBLASLt
+  // epilogues on CUDA) instead of a separate pass over the activations. Adjacent passes of the
+  // same parameters into adjacent rows (the online net on s and on s′) are one product; passes
+  // of other parameters than the first pass's (the target net) run on the side lane.
+  ForwardPlan(const Network& net, const std::vector<ForwardPass>& passes, bool fused_bias = false);
   // Head sets only (e.g. the ensemble's members), each into its own HeadActs, on `features`
   // [rows, trunk.back()] with `params`; every HeadActs has `rows` rows.
   ForwardPlan(const Network& net, const ParamBuffer& params, const ConstMatrixView& features,

@@ -59,7 +59,8 @@ Trainer::Trainer(const Config& config, const TrainerOptions& options)
   forward_plan_ = std::make_unique<ForwardPlan>(
       net_, std::vector<ForwardPass>{{&online_, batch_.states(), &acts_online_, 0},
                                      {&online_, batch_.next_states(), &acts_online_, options.batch_size},
-                                     {&target_, batch_.next_states(), &acts_target_, 0}});
+                                     {&target_, batch_.next_states(), &acts_target_, 0}},
+      options.fused_bias);
   init_params(config_.seed);
 }
 

@@ -49,6 +49,10 @@ struct TrainerOptions {
   // gradients: parallel branches of the step's graph on CUDA; the same order on the host. Off:
   // one stream, for measuring what the side lane buys.
   bool side_lane = true;
+  // Each trunk layer's bias and ReLU inside its products (ForwardPlan's fused_bias: cuBLASLt
+  // epilogues on CUDA): the online net's two passes as one product of 2B rows, the target's on
+  // the side lane. Off until the H200 has measured it (BM_StepFusedBias).
+  bool fused_bias = false;
 };
 
 // One loss term's entry in the metrics record, as the host reads it.

@@ -54,4 +54,27 @@ void Gemm::operator()(const GemmBatch& g) const {
   }
 }
 
+void Gemm::operator()(const GemmBias& p) const {
+  check_gemm_bias(p);
+  // Row bands of C across the cores; each core adds the bias (and ReLU) to its band while it is
+  // still in its cache.
+  const CBLAS_TRANSPOSE ta = p.ta == Trans::N ? CblasNoTrans : CblasTrans;
+  const CBLAS_TRANSPOSE tb = p.tb == Trans::N ? CblasNoTrans : CblasTrans;
+  const int lda = p.lda(), ldb = p.ldb(), threads = omp_get_max_threads();
+  const int bands = std::max(1, std::min(2 * threads, p.m / 16));
+  const int band_rows = (p.m + bands - 1) / bands;
+#pragma omp parallel for schedule(dynamic, 1) if (bands > 1)
+  for (int t = 0; t < bands; ++t) {
+    const int r0 = t * band_rows, rows = std::min(band_rows, p.m - r0);
+    if (rows <= 0) continue;
+    const float* a = p.a + (p.ta == Trans::N ? static_cast<std::size_t>(r0) * lda : static_cast<std::size_t>(r0));
+    float* const c = p.c + static_cast<std::size_t>(r0) * p.n;
+    cblas_sgemm(CblasRowMajor, ta, tb, rows, p.n, p.k, 1.f, a, lda, p.b, ldb, 0.f, c, p.n);
+    for (std::size_t i = 0; i < static_cast<std::size_t>(rows) * p.n; ++i) {
+      const float y = c[i] + p.bias[i % p.n];
+      c[i] = p.relu && y < 0.f ? 0.f : y;  // NaN stays NaN, as in kernels::BiasActBatch
+    }
+  }
+}
+
 }  // namespace zs
