@@ -22,15 +22,21 @@ void fill_batch(zs::Trainer& t) {
   zs::upload(t.stream().exec(), t.config(), zs::random_batch(t.config(), t.batch().size, 42), t.batch());
 }
 
+// µs per step of a trainer made from c and opt on a random batch, `calls` steps per timing, and
+// its graph's node count.
+void time_steps(benchmark::State& state, const zs::Config& c, const zs::TrainerOptions& opt, int calls) {
+  zs::Trainer t(c, opt);
+  fill_batch(t);
+  zs::bench::time_on_stream(state, t.stream(), [&] { t.step(); }, calls);
+  state.counters["graph_nodes"] = static_cast<double>(t.graph_nodes());
+}
+
 // Args: batch, trunk width, head width, graph (1) or direct (0).
 void BM_Step(benchmark::State& state) {
   zs::TrainerOptions opt;
   opt.batch_size = static_cast<int>(state.range(0));
   opt.use_graph = state.range(3) != 0;
-  zs::Trainer t(bench_config(static_cast<int>(state.range(1)), static_cast<int>(state.range(2))), opt);
-  fill_batch(t);
-  zs::bench::time_on_stream(state, t.stream(), [&] { t.step(); }, 20);
-  state.counters["graph_nodes"] = static_cast<double>(t.graph_nodes());
+  time_steps(state, bench_config(static_cast<int>(state.range(1)), static_cast<int>(state.range(2))), opt, 20);
 }
 BENCHMARK(BM_Step)
     ->ArgNames({"B", "width", "heads", "graph"})
@@ -52,10 +58,7 @@ void BM_StepSideLane(benchmark::State& state) {
   zs::TrainerOptions opt;
   opt.side_lane = state.range(0) != 0;
   opt.batch_size = static_cast<int>(state.range(1));
-  zs::Trainer t(c, opt);
-  fill_batch(t);
-  zs::bench::time_on_stream(state, t.stream(), [&] { t.step(); }, 20);
-  state.counters["graph_nodes"] = static_cast<double>(t.graph_nodes());
+  time_steps(state, c, opt, 20);
 }
 BENCHMARK(BM_StepSideLane)
     ->ArgNames({"side", "B", "width", "heads", "aux"})
@@ -72,10 +75,7 @@ void BM_StepFusedBias(benchmark::State& state) {
   zs::TrainerOptions opt;
   opt.fused_bias = state.range(0) != 0;
   opt.batch_size = static_cast<int>(state.range(1));
-  zs::Trainer t(c, opt);
-  fill_batch(t);
-  zs::bench::time_on_stream(state, t.stream(), [&] { t.step(); }, 20);
-  state.counters["graph_nodes"] = static_cast<double>(t.graph_nodes());
+  time_steps(state, c, opt, 20);
 }
 BENCHMARK(BM_StepFusedBias)
     ->ArgNames({"fused", "B", "width", "heads"})
@@ -119,12 +119,8 @@ void BM_StepAux(benchmark::State& state) {
   c.iqn.on = (mask & 1) != 0;
   c.ensemble.k = (mask & 2) ? 2 : 0;
   c.cql.on = (mask & 4) != 0;
-  zs::TrainerOptions opt;
-  zs::Trainer t(c, opt);
-  fill_batch(t);
   state.SetLabel(mask == 0 ? "plain" : mask == 1 ? "iqn" : mask == 2 ? "ensemble" : mask == 4 ? "cql" : "all");
-  zs::bench::time_on_stream(state, t.stream(), [&] { t.step(); }, 10);
-  state.counters["graph_nodes"] = static_cast<double>(t.graph_nodes());
+  time_steps(state, c, zs::TrainerOptions{}, 10);
 }
 BENCHMARK(BM_StepAux)->Arg(0)->Arg(1)->Arg(2)->Arg(4)->Arg(7)->UseManualTime()->Unit(benchmark::kMicrosecond);
 

@@ -49,10 +49,11 @@ struct DuelingOne {
 
 // Log-softmax over atoms of one (row, action) on a team thread's vector lanes (one lane: a serial
 // loop; on CUDA the max and the sum are shuffles, no team barrier). logit(j) forms logit j; l
-// points at atoms floats that receive the logits and then, in place, the log-probabilities. Each
-// lane reads back only the atoms it wrote.
+// points at atoms floats that hold the logits in between, out at where the log-probabilities go
+// (l itself, in place, or elsewhere). Each lane reads back only the atoms it wrote.
 template <class Member, class Logit>
-KOKKOS_INLINE_FUNCTION void log_softmax_lanes(const Member& team, int atoms, const Logit& logit, float* l) {
+KOKKOS_INLINE_FUNCTION void log_softmax_lanes(const Member& team, int atoms, const Logit& logit, float* l,
+                                              float* out) {
   float mx = 0.f;
   Kokkos::parallel_reduce(
       Kokkos::ThreadVectorRange(team, atoms),
@@ -66,7 +67,7 @@ KOKKOS_INLINE_FUNCTION void log_softmax_lanes(const Member& team, int atoms, con
   Kokkos::parallel_reduce(
       Kokkos::ThreadVectorRange(team, atoms), [&](const int j, float& acc) { acc += ::expf(l[j] - mx); }, s);
   const float lse = mx + ::logf(s);
-  Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, atoms), [&](const int j) { l[j] -= lse; });
+  Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, atoms), [&](const int j) { out[j] = l[j] - lse; });
 }
 
 // Scratch floats of one row of a tile: every action's logits, the value stream, each branch's mean.
@@ -126,7 +127,7 @@ struct DuelingTiles {
       float* const l = logit + static_cast<std::size_t>(f) * atoms;
       const float* const v = value + static_cast<std::size_t>(u) * atoms;
       const float* const m = mean + (static_cast<std::size_t>(u) * K + k) * atoms;
-      log_softmax_lanes(team, atoms, [&](const int j) { return v[j] + l[j] - m[j]; }, l);
+      log_softmax_lanes(team, atoms, [&](const int j) { return v[j] + l[j] - m[j]; }, l, l);
     });
     team.team_barrier();
     float* const dst = x.logp + static_cast<std::size_t>(r0) * A * atoms;
@@ -135,8 +136,8 @@ struct DuelingTiles {
 };
 
 // The general path, on the host and for rows too wide for a tile in scratch: a team thread per
-// (entry, row, branch), its vector lanes over atoms. The value stream and the branch's mean are formed once
-// in scratch, then each action's log-softmax, its max and sum as lane reductions.
+// (entry, row, branch), its vector lanes over atoms. The value stream and the branch's mean are
+// formed once in scratch, then each action's log-softmax, its max and sum as lane reductions.
 template <class Exec, class Entries>
 struct DuelingRows {
   using Member = typename Kokkos::TeamPolicy<Exec>::member_type;
@@ -177,8 +178,7 @@ struct DuelingRows {
       });
       for (int a = 0; a < n; ++a) {
         float* const out = x.logp + (static_cast<std::size_t>(r) * A + c0 + a) * atoms;
-        log_softmax_lanes(team, atoms, [&](const int j) { return value[j] + out_k(a, j) - mean[j]; }, logits);
-        Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, atoms), [&](const int j) { out[j] = logits[j]; });
+        log_softmax_lanes(team, atoms, [&](const int j) { return value[j] + out_k(a, j) - mean[j]; }, logits, out);
       }
     });
   }

@@ -17,6 +17,18 @@ extern "C" void openblas_set_num_threads(int);
 
 struct Gemm::Impl {};
 
+namespace {
+// Rows [r0, r0 + rows) of C = alpha·op(A)·op(B) + beta·C, row-major, one single-threaded sgemm:
+// a core's share of a product.
+void sgemm_rows(Trans ta, Trans tb, int r0, int rows, int n, int k, float alpha, const float* a, int lda,
+                const float* b, int ldb, float beta, float* c) {
+  // Rows r0.. of op(A): rows of A, or columns of a transposed A.
+  const float* const a0 = a + (ta == Trans::N ? static_cast<std::size_t>(r0) * lda : static_cast<std::size_t>(r0));
+  cblas_sgemm(CblasRowMajor, ta == Trans::N ? CblasNoTrans : CblasTrans, tb == Trans::N ? CblasNoTrans : CblasTrans,
+              rows, n, k, alpha, a0, lda, b, ldb, beta, c + static_cast<std::size_t>(r0) * n, n);
+}
+}  // namespace
+
 Gemm::Gemm(Stream&, Precision precision) : precision_(precision), impl_(std::make_unique<Impl>()) {
   // OpenBLAS' own threads fight Kokkos' OpenMP threads, which keep spinning between kernels:
   // on 2 cores that made a step 3x slower (docs/performance.md). One BLAS thread, unless the
@@ -36,9 +48,6 @@ void Gemm::operator()(const GemmBatch& g) const {
   // call each (Kokkos Kernels' gemm takes no thread of its own to run on), instead of one
   // product after another on one core. When there are fewer products than twice the cores,
   // each is cut into row bands of C so that the cores finish together.
-  const CBLAS_TRANSPOSE ta = g.ta == Trans::N ? CblasNoTrans : CblasTrans;
-  const CBLAS_TRANSPOSE tb = g.tb == Trans::N ? CblasNoTrans : CblasTrans;
-  const int lda = g.lda(), ldb = g.ldb();
   const int count = g.count(), threads = omp_get_max_threads();
   const int bands = std::max(1, std::min((2 * threads + count - 1) / count, g.m / 16));
   const int band_rows = (g.m + bands - 1) / bands;
@@ -46,11 +55,7 @@ void Gemm::operator()(const GemmBatch& g) const {
   for (int t = 0; t < count * bands; ++t) {
     const GemmEntry& e = g.entries[t / bands];
     const int r0 = (t % bands) * band_rows, rows = std::min(band_rows, g.m - r0);
-    if (rows <= 0) continue;
-    // Rows r0.. of op(A): rows of A, or columns of a transposed A.
-    const float* a = e.a + (g.ta == Trans::N ? static_cast<std::size_t>(r0) * lda : static_cast<std::size_t>(r0));
-    cblas_sgemm(CblasRowMajor, ta, tb, rows, g.n, g.k, g.alpha, a, lda, e.b, ldb, g.beta,
-                e.c + static_cast<std::size_t>(r0) * g.n, g.n);
+    if (rows > 0) sgemm_rows(g.ta, g.tb, r0, rows, g.n, g.k, g.alpha, e.a, g.lda(), e.b, g.ldb(), g.beta, e.c);
   }
 }
 
@@ -58,18 +63,15 @@ void Gemm::operator()(const GemmBias& p) const {
   check_gemm_bias(p);
   // Row bands of C across the cores; each core adds the bias (and ReLU) to its band while it is
   // still in its cache.
-  const CBLAS_TRANSPOSE ta = p.ta == Trans::N ? CblasNoTrans : CblasTrans;
-  const CBLAS_TRANSPOSE tb = p.tb == Trans::N ? CblasNoTrans : CblasTrans;
-  const int lda = p.lda(), ldb = p.ldb(), threads = omp_get_max_threads();
+  const int threads = omp_get_max_threads();
   const int bands = std::max(1, std::min(2 * threads, p.m / 16));
   const int band_rows = (p.m + bands - 1) / bands;
 #pragma omp parallel for schedule(dynamic, 1) if (bands > 1)
   for (int t = 0; t < bands; ++t) {
     const int r0 = t * band_rows, rows = std::min(band_rows, p.m - r0);
     if (rows <= 0) continue;
-    const float* a = p.a + (p.ta == Trans::N ? static_cast<std::size_t>(r0) * lda : static_cast<std::size_t>(r0));
+    sgemm_rows(p.ta, p.tb, r0, rows, p.n, p.k, 1.f, p.a, p.lda(), p.b, p.ldb(), 0.f, p.c);
     float* const c = p.c + static_cast<std::size_t>(r0) * p.n;
-    cblas_sgemm(CblasRowMajor, ta, tb, rows, p.n, p.k, 1.f, a, lda, p.b, ldb, 0.f, c, p.n);
     for (std::size_t i = 0; i < static_cast<std::size_t>(rows) * p.n; ++i) {
       const float y = c[i] + p.bias[i % p.n];
       c[i] = p.relu && y < 0.f ? 0.f : y;  // NaN stays NaN, as in kernels::BiasActBatch
