@@ -51,8 +51,9 @@ struct TrainerOptions {
   bool side_lane = true;
   // Each trunk layer's bias and ReLU inside its products (ForwardPlan's fused_bias: cuBLASLt
   // epilogues on CUDA): the online net's two passes as one product of 2B rows, the target's on
-  // the side lane. Off until the H200 has measured it (BM_StepFusedBias).
-  bool fused_bias = false;
+  // the side lane. On: the H200 step is 3.5 % faster at B = 256 and 5 % at 4096 / 512 / 256
+  // (BM_StepFusedBias); off gives the per-layer bias kernels, for measuring what it buys.
+  bool fused_bias = true;
 };
 
 // One loss term's entry in the metrics record, as the host reads it.
