@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cstdint>
 #include <string>
 
 #include "bench_util.hpp"
@@ -83,6 +84,29 @@ BENCHMARK(BM_StepFusedBias)
     ->Args({1, 256, 256, 128})
     ->Args({0, 4096, 512, 256})
     ->Args({1, 4096, 512, 256})
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
+
+// The graph-replayed step with the guard's and the terms' mailbox posts beside the update (1) or
+// between the gradient norm and the update (0), and with posts so rare that none is timed (2:
+// what the posts cost at all). Args: posts, batch, trunk width, head width, auxiliaries (7 or 0).
+void BM_StepPostsBeside(benchmark::State& state) {
+  zs::Config c = bench_config(static_cast<int>(state.range(2)), static_cast<int>(state.range(3)));
+  if (state.range(4) != 0) {
+    c.iqn.on = c.cql.on = true;
+    c.ensemble.k = 2;
+  }
+  zs::TrainerOptions opt;
+  opt.posts_beside = state.range(0) == 1;
+  if (state.range(0) == 2) opt.guard.post_every = std::int64_t{1} << 40;
+  opt.batch_size = static_cast<int>(state.range(1));
+  time_steps(state, c, opt, 20);
+}
+BENCHMARK(BM_StepPostsBeside)
+    ->ArgNames({"posts", "B", "width", "heads", "aux"})
+    ->ArgsProduct({{0, 1, 2}, {256}, {256}, {128}, {0, 7}})
+    ->Args({0, 4096, 512, 256, 0})
+    ->Args({1, 4096, 512, 256, 0})
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 

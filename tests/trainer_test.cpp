@@ -222,6 +222,51 @@ TEST(Trainer, TheSideLaneChangesNoBitOfTheTraining) {
   }
 }
 
+// The records' posts beside the update (on the side lane, off the chain from the gradient norm to
+// Adam) change no bit of the training and post the same records: the guard's (a NaN batch's
+// halt included) and the loss terms', every step and every 3rd.
+TEST(Trainer, PostsBesideTheUpdateCarryTheSameRecords) {
+  const auto seed = zs::test::fresh_seed();
+  SCOPED_TRACE(testing::Message() << "seed " << seed);
+  const auto plain = small_config(seed).to_json();
+  for (const auto& j : {plain, with_every_auxiliary(plain)})
+  for (const std::int64_t every : {1, 3}) {
+    SCOPED_TRACE(j.dump() + ", post_every " + std::to_string(every));
+    const auto c = zs::Config::from_json(j);
+    zs::TrainerOptions beside, inline_posts;
+    beside.batch_size = inline_posts.batch_size = 16;
+    beside.guard.post_every = inline_posts.guard.post_every = every;
+    beside.posts_beside = true;
+    zs::Trainer a(c, beside), b(c, inline_posts);
+    zs::test::step_on_same_batches(a, b, 6, seed + 100, step_both);
+    auto poisoned = zs::random_batch(c, 16, seed + 7);
+    poisoned.rewards[2] = std::nanf("");
+    for (zs::Trainer* t : {&a, &b}) {
+      zs::upload(t->stream().exec(), c, poisoned, t->batch());
+      t->step();
+      t->synchronize();
+    }
+    EXPECT_TRUE(zs::test::same_bits(host_copy(a.online().flat()), host_copy(b.online().flat())));
+    const auto ma = a.metrics(), mb = b.metrics();
+    ASSERT_TRUE(ma && mb);
+    EXPECT_EQ(ma->step, every == 1 ? 6 : 5);  // with every = 3, the posts follow steps 2 and 5
+    EXPECT_EQ(ma->step, mb->step);
+    EXPECT_EQ(ma->steps_behind, mb->steps_behind);
+    EXPECT_EQ(ma->halt_nan, every == 1);
+    EXPECT_EQ(ma->halt_nan, mb->halt_nan);
+    EXPECT_EQ(ma->raw_grad_norm, mb->raw_grad_norm);
+    EXPECT_EQ(ma->running.steps, mb->running.steps);
+    EXPECT_EQ(ma->running.skipped, mb->running.skipped);
+    const auto ta = a.term_metrics(), tb = b.term_metrics();
+    ASSERT_EQ(ta.has_value(), tb.has_value());
+    if (ta) {
+      EXPECT_EQ(ta->step, tb->step);
+      ASSERT_EQ(ta->terms.size(), tb->terms.size());
+      for (std::size_t i = 0; i < ta->terms.size(); ++i) EXPECT_EQ(ta->terms[i].grad_norm, tb->terms[i].grad_norm);
+    }
+  }
+}
+
 // A poisoned batch trips the guard and the step changes nothing: parameters, target, Adam's
 // moments and t, the spectral-norm vectors — in every configuration (plain, spectral norm on,
 // every auxiliary on, a hard target update).

@@ -63,10 +63,14 @@ TrainingGuard::CheckKernel TrainingGuard::check_kernel(Kokkos::View<const float,
                                                        Kokkos::View<const float, MemSpace> lr) {
   // The post rides in the check's thread (one launch, not two). It runs after step_ has counted
   // up, so every post_every-th check posts its record.
-  CheckKernel k{kernels::make_guard_check<ExecSpace>(loss, grad_norm, lr, step_, box_.device(), skip_, config_),
-                box_.poster(step_, config_.post_every)};
+  return CheckKernel{verdict_kernel(loss, grad_norm, lr), post_kernel()};
+}
+
+kernels::GuardCheck<ExecSpace> TrainingGuard::verdict_kernel(Kokkos::View<const float, MemSpace> loss,
+                                                              Kokkos::View<const double, MemSpace> grad_norm,
+                                                              Kokkos::View<const float, MemSpace> lr) {
   ++checks_enqueued_;
-  return k;
+  return kernels::make_guard_check<ExecSpace>(loss, grad_norm, lr, step_, box_.device(), skip_, config_);
 }
 
 void TrainingGuard::boundary(const ExecSpace& exec) {

@@ -143,28 +143,25 @@ void Trainer::enqueue_phase(Phase phase) {
       // own clip (a non-finite one adds nothing) and is reported in term_metrics(). All the norms
       // come from one launch, whose last thread then runs the guard's check and Adam's prepare
       // (C51's clip scale, t and the bias corrections for the verdict): one graph node, not three.
-      // C51's share of max_grad_norm is its clip.
-      const kernels::Then<TrainingGuard::CheckKernel, kernels::AdamPrepare<ExecSpace>> tail{
-          guard_.check_kernel(c51.loss(), c51.norm(), optimizer_.lr()),
-          optimizer_.prepare_kernel(guard_.skip_flag(), DeviceScalar<const double>(c51.norm()),
-                                    c51.budget() * config_.max_grad_norm)};
+      // C51's share of max_grad_norm is its clip. With posts_beside the records are posted in
+      // the optimizer phase instead (enqueue_posts).
       std::vector<ConstDeviceFloats> grads;
       std::vector<DeviceScalar<double>> norms;
       for (const auto& t : terms_) {
         grads.emplace_back(t->grad().flat());
         norms.push_back(t->norm());
       }
-      kernels::grad_norms(exec, grads, norms, norm_scratch_, tail);
-      if (terms_.size() > 1) {
-        std::vector<kernels::TermSource> sources;
-        for (const auto& t : terms_)
-          sources.push_back({t->loss().data(), t->norm().data(),
-                             static_cast<double>(t->budget() * config_.max_grad_norm), t->statistic().second.data()});
-        using WriteThenPost = kernels::ThenPost<ExecSpace, kernels::WriteTermsRecord<ExecSpace>>;
-        Kokkos::parallel_for("zs::terms_record", Kokkos::RangePolicy<ExecSpace>(exec, 0, 1),
-                             WriteThenPost{kernels::make_terms_record<ExecSpace>(term_record_.device(),
-                                                                                 guard_.step_counter(), sources),
-                                           term_record_.poster(guard_.step_counter(), options_.guard.post_every)});
+      const auto prepare = optimizer_.prepare_kernel(guard_.skip_flag(), DeviceScalar<const double>(c51.norm()),
+                                                     c51.budget() * config_.max_grad_norm);
+      if (posts_beside()) {
+        const kernels::Then<kernels::GuardCheck<ExecSpace>, kernels::AdamPrepare<ExecSpace>> tail{
+            guard_.verdict_kernel(c51.loss(), c51.norm(), optimizer_.lr()), prepare};
+        kernels::grad_norms(exec, grads, norms, norm_scratch_, tail);
+      } else {
+        const kernels::Then<TrainingGuard::CheckKernel, kernels::AdamPrepare<ExecSpace>> tail{
+            guard_.check_kernel(c51.loss(), c51.norm(), optimizer_.lr()), prepare};
+        kernels::grad_norms(exec, grads, norms, norm_scratch_, tail);
+        enqueue_term_record(exec);
       }
       break;
     }
@@ -173,8 +170,13 @@ void Trainer::enqueue_phase(Phase phase) {
       // extra pass over the gradient; with auxiliaries, the applied gradient is built in its own
       // buffer: C51's scaled, each auxiliary added clipped to its own share, so
       // ‖applied‖ ≤ max_grad_norm and the terms' gradients stay their raw selves.
+      if (posts_beside()) {
+        side_->fork();
+        enqueue_posts(side_->exec());
+      }
       if (!applied_) {
         optimizer_.update(exec, online_, c51.grad(), optimizer_.clip_scale(), guard_.skip_flag(), target_);
+        if (posts_beside()) side_->join();
         break;
       }
       std::vector<kernels::BudgetTerm> auxiliaries;
@@ -184,9 +186,30 @@ void Trainer::enqueue_phase(Phase phase) {
       kernels::budget_sum(exec, applied_->flat(), ConstDeviceFloats(c51.grad().flat()),
                           DeviceScalar<const float>(optimizer_.clip_scale()), auxiliaries);
       optimizer_.update(exec, online_, *applied_, unit_scale_, guard_.skip_flag(), target_);
+      if (posts_beside()) side_->join();
       break;
     }
   }
+}
+
+bool Trainer::posts_beside() const { return options_.posts_beside && side_ != nullptr; }
+
+void Trainer::enqueue_term_record(const ExecSpace& exec) {
+  if (terms_.size() == 1) return;
+  std::vector<kernels::TermSource> sources;
+  for (const auto& t : terms_)
+    sources.push_back({t->loss().data(), t->norm().data(), static_cast<double>(t->budget() * config_.max_grad_norm),
+                       t->statistic().second.data()});
+  using WriteThenPost = kernels::ThenPost<ExecSpace, kernels::WriteTermsRecord<ExecSpace>>;
+  Kokkos::parallel_for(
+      "zs::terms_record", Kokkos::RangePolicy<ExecSpace>(exec, 0, 1),
+      WriteThenPost{kernels::make_terms_record<ExecSpace>(term_record_.device(), guard_.step_counter(), sources),
+                    term_record_.poster(guard_.step_counter(), options_.guard.post_every)});
+}
+
+void Trainer::enqueue_posts(const ExecSpace& exec) {
+  Kokkos::parallel_for("zs::guard_post", Kokkos::RangePolicy<ExecSpace>(exec, 0, 1), guard_.post_kernel());
+  enqueue_term_record(exec);
 }
 
 std::optional<StepMetrics> Trainer::term_metrics() const {

@@ -54,6 +54,10 @@ struct TrainerOptions {
   // the side lane. On: the H200 step is 3.5 % faster at B = 256 and 5 % at 4096 / 512 / 256
   // (BM_StepFusedBias); off gives the per-layer bias kernels, for measuring what it buys.
   bool fused_bias = true;
+  // The guard's and the loss terms' mailbox posts (each two system-scope fences) on the side lane
+  // beside the optimizer's update, instead of between the gradient norm and the update; needs
+  // side_lane. Off until the H200 has measured it (BM_StepPostsBeside).
+  bool posts_beside = false;
 };
 
 // One loss term's entry in the metrics record, as the host reads it.
@@ -184,6 +188,12 @@ class Trainer {
   // Graph::run, made safe for a step with a collective (below).
   void run_graph(Graph& graph, const std::function<void()>& body);
   void enqueue_step();
+  // Whether the records' posts go beside the update (TrainerOptions::posts_beside, with a side lane).
+  bool posts_beside() const;
+  // The loss terms' record and its post, with more than one term; nothing otherwise.
+  void enqueue_term_record(const ExecSpace& exec);
+  // The guard's post and the terms' record on `exec` (posts_beside: the side lane).
+  void enqueue_posts(const ExecSpace& exec);
 
   Config config_;
   TrainerOptions options_;
