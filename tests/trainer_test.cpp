@@ -130,23 +130,28 @@ TEST(Trainer, FirstStepLossAndAdamUpdateMatchReferences) {
   }
 }
 
-TEST(Trainer, PlainStepTailIsTwoLaunches) {
+TEST(Trainer, PlainStepTailIsTwoLaunchesOnItsChain) {
   // Without auxiliaries, the step after the backward pass: the norm, whose last thread runs the
-  // guard (its mailbox post in the same thread) and Adam's prepare (the clip scale, t), and one
-  // elementwise pass (Adam with the Polyak update fused in). It was seven launches, then four.
-  zs::Trainer tr(small_config(1));
-  tr.step_direct();  // first-use allocations (reduction scratch) out of the way
-  tr.synchronize();
-  std::vector<std::string> launched;
-  {
-    LaunchLog log;
-    tr.enqueue_phase(zs::Trainer::Phase::norm_and_guard);
-    tr.enqueue_phase(zs::Trainer::Phase::optimizer);
-    launched = LaunchLog::entries();
+  // guard and Adam's prepare (the clip scale, t), and one elementwise pass (Adam with the Polyak
+  // update fused in). It was seven launches, then four. The guard's mailbox post rides in the
+  // norm's thread, or (posts_beside, the default) goes to the side lane beside the update.
+  for (const bool beside : {false, true}) {
+    zs::TrainerOptions opt;
+    opt.posts_beside = beside;
+    zs::Trainer tr(small_config(1), opt);
+    tr.step_direct();  // first-use allocations (reduction scratch) out of the way
+    tr.synchronize();
+    std::vector<std::string> launched;
+    {
+      LaunchLog log;
+      tr.enqueue_phase(zs::Trainer::Phase::norm_and_guard);
+      tr.enqueue_phase(zs::Trainer::Phase::optimizer);
+      launched = LaunchLog::entries();
+    }
+    tr.synchronize();
+    EXPECT_EQ(launched, beside ? std::vector<std::string>{"zs::grad_norms", "zs::guard_post", "zs::adam_polyak_update"}
+                               : std::vector<std::string>{"zs::grad_norms", "zs::adam_polyak_update"});
   }
-  tr.synchronize();
-  EXPECT_EQ(launched,
-            (std::vector<std::string>{"zs::grad_norms", "zs::adam_polyak_update"}));
 }
 
 TEST(Trainer, GraphReplayEqualsDirectLaunch) {
@@ -237,6 +242,7 @@ TEST(Trainer, PostsBesideTheUpdateCarryTheSameRecords) {
     beside.batch_size = inline_posts.batch_size = 16;
     beside.guard.post_every = inline_posts.guard.post_every = every;
     beside.posts_beside = true;
+    inline_posts.posts_beside = false;
     zs::Trainer a(c, beside), b(c, inline_posts);
     zs::test::step_on_same_batches(a, b, 6, seed + 100, step_both);
     auto poisoned = zs::random_batch(c, 16, seed + 7);
