@@ -4,9 +4,12 @@
 // runs ASan); every projected mass stays in [0, 1].
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <cstdint>
 #include <limits>
+#include <random>
 #include <vector>
 
 #include "kernels/c51_loss.hpp"
@@ -90,6 +93,165 @@ TEST(C51Loss, ASupportTheConfigRefusesStillWritesOnlyInsideTheViews) {
     SCOPED_TRACE(testing::Message() << "support [" << sup.v_min << ", " << sup.v_max << "]");
     const Result r = run(sup, {0.f, 1.f, -1.f, 5.f}, {0.f, 1.f, 0.f, 0.f});
     expect_masses_in_unit_interval(r);
+  }
+}
+
+// Random log-probabilities, actions, rewards, dones and weights through the kernel with 1, 2 and 3
+// team threads (device warps) a branch and with its own choice, against a naive double loop: a*,
+// the projected target, each sample's loss and the value-stream gradient. The splits share
+// actions and atoms unevenly (5 actions and 51 atoms in halves and thirds; a branch of one
+// action leaves later parts none), and a* and the projection come out the same bits in every one.
+TEST(C51Loss, EveryWarpSplitMatchesTheDoubleReference) {
+  const auto seed = zs::test::fresh_seed();
+  SCOPED_TRACE(testing::Message() << "seed " << seed);
+  struct Case {
+    std::vector<int> branches;
+    int atoms;
+  };
+  for (const Case& cs : {Case{{5, 3, 2}, 51}, Case{{1, 4}, 7}}) {
+    const int B = 6, K = static_cast<int>(cs.branches.size()), atoms = cs.atoms;
+    const auto table = zs::kernels::BranchTable::of(cs.branches);
+    const int A = table.cum(K);
+    const zs::kernels::Support sup{-4.f, 6.f, 0.9f, atoms};
+    std::mt19937_64 rng(seed + static_cast<std::uint64_t>(atoms));
+    std::normal_distribution<double> logit(0.0, 1.5);
+    std::uniform_real_distribution<float> unit(0.f, 1.f);
+    // Log-softmax rows of random logits, rounded to float (the kernel's input).
+    auto log_probs = [&](int rows) {
+      std::vector<float> v(static_cast<std::size_t>(rows) * A * atoms);
+      for (std::size_t r = 0; r < v.size(); r += atoms) {
+        std::vector<double> x(atoms);
+        double mx = -1e300, sum = 0;
+        for (double& e : x) mx = std::max(mx, e = logit(rng));
+        for (double e : x) sum += std::exp(e - mx);
+        for (int j = 0; j < atoms; ++j) v[r + j] = static_cast<float>(x[j] - mx - std::log(sum));
+      }
+      return v;
+    };
+    const auto online = log_probs(2 * B), target = log_probs(B);
+    std::vector<float> rewards(B), dones(B), weights(B);
+    std::vector<int> actions(static_cast<std::size_t>(B) * K);
+    for (int i = 0; i < B; ++i) {
+      rewards[i] = 8.f * unit(rng) - 4.f;
+      dones[i] = i % 3 == 0 ? 1.f : 0.f;
+      weights[i] = 0.5f + unit(rng);
+      for (int k = 0; k < K; ++k) actions[i * K + k] = static_cast<int>(unit(rng) * cs.branches[k]) % cs.branches[k];
+    }
+    auto at = [&](const std::vector<float>& v, int row, int a, int j) {
+      return static_cast<double>(v[(static_cast<std::size_t>(row) * A + a) * atoms + j]);
+    };
+    // The reference: a* by double Q (with its margin over the runner-up), the projection, the loss.
+    const double dz = (static_cast<double>(sup.v_max) - sup.v_min) / (atoms - 1);
+    std::vector<int> ref_best(static_cast<std::size_t>(B) * K);
+    std::vector<double> margin(ref_best.size()), ref_m(static_cast<std::size_t>(B) * K * atoms), ref_L(B, 0.0),
+        ref_dvalue(static_cast<std::size_t>(B) * atoms, 0.0);
+    for (int i = 0; i < B; ++i)
+      for (int k = 0; k < K; ++k) {
+        const int c0 = table.cum(k), n = cs.branches[k], x = i * K + k;
+        std::vector<double> q(n, 0.0);
+        for (int a = 0; a < n; ++a)
+          for (int j = 0; j < atoms; ++j) q[a] += std::exp(at(online, B + i, c0 + a, j)) * (sup.v_min + j * dz);
+        const int best = static_cast<int>(std::max_element(q.begin(), q.end()) - q.begin());
+        double second = -1e300;
+        for (int a = 0; a < n; ++a)
+          if (a != best) second = std::max(second, q[a]);
+        ref_best[x] = best;
+        margin[x] = n == 1 ? 1e300 : q[best] - second;
+        double* m = &ref_m[static_cast<std::size_t>(x) * atoms];
+        for (int l = 0; l < atoms; ++l) {
+          const double p = std::exp(at(target, i, c0 + best, l));
+          const double tz = std::clamp(rewards[i] + double(sup.gamma_n) * (1.0 - dones[i]) * (sup.v_min + l * dz),
+                                       double(sup.v_min), double(sup.v_max));
+          const double b = (tz - sup.v_min) / dz;
+          const int lo = static_cast<int>(std::floor(b)), hi = static_cast<int>(std::ceil(b));
+          if (lo == hi) {
+            m[lo] += p;
+          } else {
+            m[lo] += p * (hi - b);
+            m[hi] += p * (b - lo);
+          }
+        }
+        const int taken = actions[x];
+        double ce = 0, msum = 0;
+        for (int j = 0; j < atoms; ++j) ce -= m[j] * at(online, i, c0 + taken, j), msum += m[j];
+        ref_L[i] += ce / K;
+        const double coef = double(weights[i]) / (B * K);
+        for (int j = 0; j < atoms; ++j)
+          ref_dvalue[static_cast<std::size_t>(i) * atoms + j] += coef * (std::exp(at(online, i, c0 + taken, j)) * msum - m[j]);
+      }
+
+    std::vector<int> first_best;
+    std::vector<float> first_projected;
+    for (const int parts : {1, 2, 3, 0}) {
+      SCOPED_TRACE(testing::Message() << "branches " << K << ", atoms " << atoms << ", parts " << parts);
+      using F3 = Kokkos::View<float***, Kokkos::LayoutRight, MemSpace>;
+      using I2 = Kokkos::View<int**, Kokkos::LayoutRight, MemSpace>;
+      F3 on("online", 2 * B, A, atoms), tg("target", B, A, atoms), projected("projected", B, K, atoms);
+      Kokkos::deep_copy(on, Kokkos::View<const float***, Kokkos::LayoutRight, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>(
+                                online.data(), 2 * B, A, atoms));
+      Kokkos::deep_copy(tg, Kokkos::View<const float***, Kokkos::LayoutRight, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>(
+                                target.data(), B, A, atoms));
+      I2 act("actions", B, K), best("best", B, K);
+      Kokkos::deep_copy(act, Kokkos::View<const int**, Kokkos::LayoutRight, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>(
+                                 actions.data(), B, K));
+      zs::DeviceFloats d_value("d_value", static_cast<std::size_t>(B) * atoms);
+      zs::DeviceFloats d_branch("d_branch", static_cast<std::size_t>(B) * A * atoms);
+      zs::DeviceFloats priorities("priorities", B);
+      Kokkos::View<float, MemSpace> loss("loss");
+      zs::kernels::C51Loss<ExecSpace> f;
+      f.logp_online = on;
+      f.logp_target = tg;
+      f.actions = act;
+      f.rewards = zs::test::to_device(rewards);
+      f.dones = zs::test::to_device(dones);
+      f.weights = zs::test::to_device(weights);
+      f.priorities = priorities;
+      f.projected = projected;
+      f.best = best;
+      f.d_value = Kokkos::View<float**, Kokkos::LayoutRight, MemSpace, Kokkos::MemoryUnmanaged>(d_value.data(), B, atoms);
+      f.d_branch_out = Kokkos::View<float*, MemSpace, Kokkos::MemoryUnmanaged>(d_branch.data(), d_branch.extent(0));
+      f.table = table;
+      f.sup = sup;
+      f.parts = parts;
+      ExecSpace exec;
+      zs::kernels::c51_loss(exec, f, loss);
+      exec.fence();
+      const auto got_best = zs::test::to_host(best);
+      const auto got_m = zs::test::to_host(projected);
+      const auto got_L = zs::test::to_host(priorities);
+      const auto got_dv = zs::test::to_host(d_value);
+      for (std::size_t x = 0; x < ref_best.size(); ++x) {
+        if (margin[x] <= 1e-5) continue;  // a near-tie: either action is a correct float argmax
+        EXPECT_EQ(got_best[x], ref_best[x]) << "sample/branch " << x;
+        for (int j = 0; j < atoms; ++j)
+          EXPECT_NEAR(got_m[x * atoms + j], ref_m[x * atoms + j], 1e-6) << "sample/branch " << x << " atom " << j;
+      }
+      bool any_tie = false;
+      for (int i = 0; i < B; ++i) {
+        bool tie = false;
+        for (int k = 0; k < K; ++k) tie |= margin[i * K + k] <= 1e-5;
+        any_tie |= tie;
+        if (tie) continue;
+        EXPECT_NEAR(got_L[i], ref_L[i], 1e-5 * std::abs(ref_L[i]) + 1e-6) << "sample " << i;
+        for (int j = 0; j < atoms; ++j)
+          EXPECT_NEAR(got_dv[i * atoms + j], ref_dvalue[i * atoms + j], 1e-5 * std::abs(ref_dvalue[i * atoms + j]) + 1e-7)
+              << "sample " << i << " atom " << j;
+      }
+      if (!any_tie) {
+        float got_loss = 0;
+        Kokkos::deep_copy(got_loss, loss);
+        double ref_loss = 0;
+        for (int i = 0; i < B; ++i) ref_loss += weights[i] * ref_L[i] / B;
+        EXPECT_NEAR(got_loss, ref_loss, 1e-5 * std::abs(ref_loss) + 1e-6);
+      }
+      if (first_best.empty()) {
+        first_best = got_best;
+        first_projected = got_m;
+      } else {
+        EXPECT_EQ(got_best, first_best);
+        EXPECT_TRUE(zs::test::same_bits(got_m, first_projected));
+      }
+    }
   }
 }
 

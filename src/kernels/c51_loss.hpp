@@ -24,6 +24,12 @@ struct Support {
   KOKKOS_INLINE_FUNCTION float z(int j) const { return v_min + static_cast<float>(j) * delta(); }
 };
 
+// Device warps per branch in the loss (1 or 2), and the most actions whose a* terms a warp forms
+// at once.
+inline constexpr int kC51WarpsPerBranch = 2;
+inline constexpr int kC51QGroup = 4;
+inline constexpr std::size_t kC51ScratchBytes = 46 * 1024;
+
 template <class Exec>
 struct C51Loss {
   using MS = typename Exec::memory_space;
@@ -52,16 +58,21 @@ struct C51Loss {
   }
 
   int q_group = 1;  // device: actions whose Q terms a warp holds in scratch at once (c51_loss sets it)
+  // Team threads (device warps) per branch, each with a share of its actions and atoms; 0 lets
+  // c51_loss choose (tests set it to hold every split to one reference).
+  int parts = 0;
 
-  // a* of one branch on a device warp, the same Q as acting (c51_q: double terms summed serially
-  // in atom order) without one lane doing every action's exps alone: the lanes form the terms of
-  // q_group actions into the warp's scratch, then one lane per action sums its row in order.
-  KOKKOS_INLINE_FUNCTION int device_a_star(const Member& team, double* terms, int i, int c0, int n) const {
+  // The greedy key (c51_q.hpp) of actions [first, last) of one branch on a device warp: the same
+  // Q as acting (c51_q: double terms summed serially in atom order) without one lane doing every
+  // action's exps alone: the lanes form the terms of q_group actions into the warp's scratch, then
+  // one lane per action sums its row in order. An empty range gives 0, below every key.
+  KOKKOS_INLINE_FUNCTION std::uint64_t device_best_key(const Member& team, double* terms, int i, int c0, int first,
+                                                       int last) const {
     const int B = static_cast<int>(rewards.extent(0)), atoms = sup.atoms;
     const float dz = sup.delta();
     std::uint64_t key = 0;
-    for (int a0 = 0; a0 < n; a0 += q_group) {
-      const int g = n - a0 < q_group ? n - a0 : q_group;
+    for (int a0 = first; a0 < last; a0 += q_group) {
+      const int g = last - a0 < q_group ? last - a0 : q_group;
       Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, g * atoms), [&](const int t) {
         const int a = t / atoms, j = t % atoms;
         terms[t] = c51_q_term(logp_online(B + i, c0 + a0 + a, j), j, sup.v_min, dz);
@@ -81,38 +92,94 @@ struct C51Loss {
       Kokkos::single(Kokkos::PerThread(team), [] {});
       if (chunk > key) key = chunk;
     }
-    return greedy_of(key);
+    return key;
   }
 
-  // One team per sample; a team thread per branch (a warp on CUDA), its vector lanes over atoms,
-  // so every sum over atoms is a warp shuffle and the branches run side by side. Per-branch
-  // results meet in team scratch and are added in branch order after one barrier: a fixed
-  // order, so the same inputs always give the same bits (graph replay equals direct launch).
+  // [begin, end) of n things that part h of `parts` takes: contiguous shares, the first ones larger.
+  KOKKOS_INLINE_FUNCTION void share(int n, int h, int& begin, int& end) const {
+    const int per = (n + parts - 1) / parts;
+    begin = h * per < n ? h * per : n;
+    end = begin + per < n ? begin + per : n;
+  }
+
+  // One team per sample; `parts` team threads per branch (device warps; on the host one thread
+  // does all), each with a share of the branch's actions for a* and of its atoms for the rest, the
+  // lanes over atoms, so every sum over atoms is a warp shuffle and branches run side by side.
+  // Results meet in team scratch between phases (team barriers) and are added in a fixed order,
+  // so the same inputs always give the same bits (graph replay equals direct launch). Nsight, H200,
+  // B = 256: with one warp per branch the loss was a single warp's serial chain (~3,000
+  // instructions at 9.6 cycles each, 1.45 warps a scheduler); two warps halve that chain.
   KOKKOS_INLINE_FUNCTION void operator()(const Member& team, float& loss_sum) const {
     constexpr bool host = Kokkos::SpaceAccessibility<Kokkos::HostSpace, MS>::accessible;
     const int i = team.league_rank();
-    const int B = static_cast<int>(rewards.extent(0)), atoms = sup.atoms, K = table.branches;
+    const int B = static_cast<int>(rewards.extent(0)), atoms = sup.atoms, K = table.branches, P = parts;
     const float coef = weights(i) / static_cast<float>(B * K);
     // A non-finite reward would reach the projection as a NaN position: poison the loss
     // instead, so the guard skips the step.
     const bool finite_inputs = is_finite(rewards(i)) && is_finite(dones(i)) && is_finite(weights(i));
-    float* const ce_of = static_cast<float*>(team.team_scratch(0).get_shmem(sizeof(float) * K));
-    float* const dq_of = static_cast<float*>(team.team_scratch(0).get_shmem(sizeof(float) * K * atoms));
-    float* const source_of =
-        host ? nullptr : static_cast<float*>(team.team_scratch(0).get_shmem(sizeof(float) * K * 2 * atoms));
+    auto& scratch = team.team_scratch(0);
+    float* const ce_of = static_cast<float*>(scratch.get_shmem(sizeof(float) * K));
+    float* const dq_of = static_cast<float*>(scratch.get_shmem(sizeof(float) * K * atoms));
+    float* const part_ce = static_cast<float*>(scratch.get_shmem(sizeof(float) * K * P));
+    float* const part_m = static_cast<float*>(scratch.get_shmem(sizeof(float) * K * P));
+    std::uint64_t* const keys =
+        static_cast<std::uint64_t*>(scratch.get_shmem_aligned(sizeof(std::uint64_t) * K * P, alignof(std::uint64_t)));
+    float* const source_of = host ? nullptr : static_cast<float*>(scratch.get_shmem(sizeof(float) * K * 2 * atoms));
     double* const terms_of =
         host ? nullptr
-             : static_cast<double*>(team.team_scratch(0).get_shmem_aligned(
-                   sizeof(double) * team.team_size() * q_group * atoms, alignof(double)));
-    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, K), [&](const int k) {
-      const int c0 = table.cum(k), n = table.cum(k + 1) - c0;
-      const int a_star = host ? greedy_action([&](const int a) { return c51_q(&logp_online(B + i, c0 + a, 0), atoms, sup.v_min, sup.delta()); }, n)
-                              : device_a_star(team, terms_of + team.team_rank() * q_group * atoms, i, c0, n);
-      // Categorical projection: p(⌈b⌉ − b) to ⌊b⌋ and p(b − ⌊b⌋) to ⌈b⌉, all of p when b is a
-      // support point. The host scatters, in atom order. Lanes gather instead — target atom j
-      // takes p_l·(1 − |b_l − j|) from every source atom within one atom of it — the same split
-      // without atomics; each lane then reads back only the atoms it wrote.
+             : static_cast<double*>(
+                   scratch.get_shmem_aligned(sizeof(double) * team.team_size() * q_group * atoms, alignof(double)));
+    auto a_star_of = [&](const int k) {
+      std::uint64_t key = 0;
+      for (int h = 0; h < P; ++h) key = keys[k * P + h] > key ? keys[k * P + h] : key;
+      return greedy_of(key);
+    };
+    // 1. Each part's best key among its share of the branch's actions.
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, K * P), [&](const int u) {
+      const int k = u / P, c0 = table.cum(k), n = table.cum(k + 1) - c0;
+      int first = 0, last = 0;
+      share(n, u % P, first, last);
+      std::uint64_t key = 0;
       if (host) {
+        for (int a = first; a < last; ++a) {
+          const std::uint64_t k_a = greedy_key(c51_q(&logp_online(B + i, c0 + a, 0), atoms, sup.v_min, sup.delta()), a);
+          key = k_a > key ? k_a : key;
+        }
+      } else {
+        key = device_best_key(team, terms_of + team.team_rank() * q_group * atoms, i, c0, first, last);
+      }
+      Kokkos::single(Kokkos::PerThread(team), [&]() { keys[u] = key; });
+    });
+    team.team_barrier();
+    // 2. Device: each source atom's position and probability under the target net at a*, once, in
+    // scratch for every lane to read (Nsight: recomputing them per (source, target) pair made the
+    // loss 4× its memory time); each part forms its share of the atoms.
+    if (!host) {
+      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, K * P), [&](const int u) {
+        const int k = u / P, c0 = table.cum(k), a_star = a_star_of(k);
+        float* const pos = source_of + k * 2 * atoms;
+        float* const prob = pos + atoms;
+        int j0 = 0, j1 = 0;
+        share(atoms, u % P, j0, j1);
+        Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, j1 - j0), [&](const int t) {
+          pos[j0 + t] = position(i, j0 + t);
+          prob[j0 + t] = ::expf(logp_target(i, c0 + a_star, j0 + t));
+        });
+      });
+      team.team_barrier();
+    }
+    // 3. The projection of each part's share of target atoms, and its share of the cross-entropy
+    // and of the projected mass.
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, K * P), [&](const int u) {
+      const int k = u / P, c0 = table.cum(k), n = table.cum(k + 1) - c0, a_star = a_star_of(k);
+      int j0 = 0, j1 = 0;
+      share(atoms, u % P, j0, j1);
+      // Categorical projection: p(⌈b⌉ − b) to ⌊b⌋ and p(b − ⌊b⌋) to ⌈b⌉, all of p when b is a
+      // support point. The host's first part scatters, in atom order (its one thread then runs
+      // the other parts, which read what it wrote). Device lanes gather instead — target atom j takes p_l·(1 − |b_l − j|) from every source atom
+      // within one atom of it — the same split without atomics; each lane then reads back only
+      // the atoms it wrote.
+      if (host && u % P == 0) {
         for (int j = 0; j < atoms; ++j) projected(i, k, j) = 0.f;
         if (finite_inputs)
           for (int l = 0; l < atoms; ++l) {
@@ -133,16 +200,11 @@ struct C51Loss {
               projected(i, k, hi) += p * (b - static_cast<float>(lo));
             }
           }
-      } else {
-        // Each source atom's position and probability once, in scratch, for every lane to read
-        // (Nsight: recomputing them per (source, target) pair made the loss 4× its memory time).
-        float* const pos = source_of + k * 2 * atoms;
-        float* const prob = pos + atoms;
-        Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, atoms), [&](const int l) {
-          pos[l] = position(i, l);
-          prob[l] = ::expf(logp_target(i, c0 + a_star, l));
-        });
-        Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, atoms), [&](const int j) {
+      } else if (!host) {
+        const float* const pos = source_of + k * 2 * atoms;
+        const float* const prob = pos + atoms;
+        Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, j1 - j0), [&](const int t) {
+          const int j = j0 + t;
           float m = 0.f;
           if (finite_inputs)
             for (int l = 0; l < atoms; ++l) {
@@ -156,22 +218,41 @@ struct C51Loss {
       const bool valid = taken >= 0 && taken < n;  // a bad action poisons the loss too
       float ce = 0.f, msum = 0.f;
       Kokkos::parallel_reduce(
-          Kokkos::ThreadVectorRange(team, atoms),
-          [&](const int j, float& acc) { acc -= projected(i, k, j) * logp_online(i, c0 + (valid ? taken : 0), j); }, ce);
+          Kokkos::ThreadVectorRange(team, j1 - j0),
+          [&](const int t, float& acc) { acc -= projected(i, k, j0 + t) * logp_online(i, c0 + (valid ? taken : 0), j0 + t); },
+          ce);
       Kokkos::parallel_reduce(
-          Kokkos::ThreadVectorRange(team, atoms), [&](const int j, float& acc) { acc += projected(i, k, j); }, msum);
-      // d(−Σ m log softmax)/d logit_j = softmax_j·Σm − m_j, only the taken action has a loss;
-      // the dueling mean spreads it over the branch's actions and the value stream.
-      Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, atoms), [&](const int j) {
+          Kokkos::ThreadVectorRange(team, j1 - j0), [&](const int t, float& acc) { acc += projected(i, k, j0 + t); }, msum);
+      Kokkos::single(Kokkos::PerThread(team), [&]() {
+        part_ce[u] = ce;
+        part_m[u] = msum;
+      });
+    });
+    team.team_barrier();
+    // 4. d(−Σ m log softmax)/d logit_j = softmax_j·Σm − m_j, only the taken action has a loss;
+    // the dueling mean spreads it over the branch's actions and the value stream.
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, K * P), [&](const int u) {
+      const int k = u / P, c0 = table.cum(k), n = table.cum(k + 1) - c0;
+      const int taken = actions(i, k);
+      const bool valid = taken >= 0 && taken < n;
+      float msum = 0.f;
+      for (int h = 0; h < P; ++h) msum += part_m[k * P + h];
+      int j0 = 0, j1 = 0;
+      share(atoms, u % P, j0, j1);
+      Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, j1 - j0), [&](const int t) {
+        const int j = j0 + t;
         const float dq = valid ? coef * (::expf(logp_online(i, c0 + taken, j)) * msum - projected(i, k, j)) : NAN;
         dq_of[k * atoms + j] = dq;
         float* const d_out = d_branch_out.data() + table.index(B, atoms, k, i, 0, j);
         for (int a = 0; a < n; ++a) d_out[a * atoms] = dq * ((a == taken ? 1.f : 0.f) - 1.f / static_cast<float>(n));
       });
-      Kokkos::single(Kokkos::PerThread(team), [&]() {
-        ce_of[k] = valid ? ce / static_cast<float>(K) : NAN;
-        best(i, k) = a_star;
-      });
+      if (u % P == 0)
+        Kokkos::single(Kokkos::PerThread(team), [&]() {
+          float ce = 0.f;
+          for (int h = 0; h < P; ++h) ce += part_ce[k * P + h];
+          ce_of[k] = valid ? ce / static_cast<float>(K) : NAN;
+          best(i, k) = a_star_of(k);
+        });
     });
     team.team_barrier();
     Kokkos::parallel_for(Kokkos::TeamVectorRange(team, atoms), [&](const int j) {
@@ -206,20 +287,29 @@ void c51_loss(const Exec& exec, const C51Loss<Exec>& f, const Kokkos::View<float
           f.priorities.extent(0), " entries; expected B = ", B);
   require(static_cast<int>(f.logp_online.extent(2)) == f.sup.atoms, "c51_loss: ", f.logp_online.extent(2),
           " atoms in the head; expected ", f.sup.atoms);
-  // Device: a warp per branch (up to 32 branches a team; more take turns). Host: one thread.
+  // Device: kC51WarpsPerBranch warps per branch while the team stays within 32 warps and its
+  // scratch within kC51ScratchBytes, else one (up to 32 branches a team; more take turns). Host:
+  // one thread. Scratch blocks: CE per branch, value-gradient rows per branch, each part's CE,
+  // mass and a* key and, on a device, each branch's source positions and probabilities and each
+  // warp's a* terms: up to kC51QGroup actions' rows per warp, while the team's rows stay within
+  // 16 KiB. Kokkos aligns each block (the 256 bytes).
   constexpr bool host = Kokkos::SpaceAccessibility<Kokkos::HostSpace, typename Exec::memory_space>::accessible;
-  const int K = f.table.branches;
-  Kokkos::TeamPolicy<Exec> policy(exec, static_cast<int>(B), host ? 1 : (K < 32 ? K : 32), host ? 1 : 32);
-  // Scratch blocks: CE per branch, value-gradient rows per branch and, on a device, each branch's
-  // source positions and probabilities; Kokkos aligns each block.
-  const int sources = host ? 0 : 2 * K * f.sup.atoms;
-  // a*'s Q terms: up to 4 actions' rows per warp, while the team's rows stay within 16 KiB.
-  const int warps = host ? 0 : (K < 32 ? K : 32);
-  const int widest = std::max(1, f.table.widest());
+  const int K = f.table.branches, atoms = f.sup.atoms, widest = std::max(1, f.table.widest());
   C51Loss<Exec> g = f;
-  g.q_group = host ? 1 : std::max(1, std::min({4, widest, 16384 / (warps * 8 * f.sup.atoms)}));
-  const std::size_t terms = sizeof(double) * static_cast<std::size_t>(warps * g.q_group * f.sup.atoms);
-  policy.set_scratch_size(0, Kokkos::PerTeam(sizeof(float) * (K + K * f.sup.atoms + sources) + terms + 256));
+  int warps = 1;
+  std::size_t bytes = 0;
+  for (const int parts : {kC51WarpsPerBranch, 1}) {
+    g.parts = f.parts > 0 ? f.parts : (host ? 1 : parts);
+    warps = host ? 1 : std::min(32, K * g.parts);
+    g.q_group = host ? 1 : std::max(1, std::min({kC51QGroup, widest, 16384 / (warps * 8 * atoms)}));
+    const std::size_t sources = host ? 0 : sizeof(float) * 2 * K * atoms;
+    const std::size_t terms = host ? 0 : sizeof(double) * static_cast<std::size_t>(warps * g.q_group * atoms);
+    const std::size_t shares = static_cast<std::size_t>(K * g.parts) * (2 * sizeof(float) + sizeof(std::uint64_t));
+    bytes = sizeof(float) * (K + K * atoms) + sources + terms + shares + 256;
+    if (f.parts > 0 || g.parts == 1 || (K * g.parts <= 32 && bytes <= kC51ScratchBytes)) break;
+  }
+  Kokkos::TeamPolicy<Exec> policy(exec, static_cast<int>(B), warps, host ? 1 : 32);
+  policy.set_scratch_size(0, Kokkos::PerTeam(bytes));
   Kokkos::parallel_reduce("zs::c51_loss", policy, g, loss);
 }
 
