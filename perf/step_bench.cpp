@@ -110,6 +110,32 @@ BENCHMARK(BM_StepPostsBeside)
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 
+// The graph-replayed step with programmatic dependent launch (1) and without (0): each of our
+// kernels that follows a kernel starts while it drains. Args: programmatic, batch, trunk width,
+// head width, auxiliaries (7 or 0). Counter: the edges the capture made programmatic.
+void BM_StepProgrammatic(benchmark::State& state) {
+  zs::Config c = bench_config(static_cast<int>(state.range(2)), static_cast<int>(state.range(3)));
+  if (state.range(4) != 0) {
+    c.iqn.on = c.cql.on = true;
+    c.ensemble.k = 2;
+  }
+  zs::TrainerOptions opt;
+  opt.programmatic_launch = state.range(0) != 0;
+  opt.batch_size = static_cast<int>(state.range(1));
+  zs::Trainer t(c, opt);
+  fill_batch(t);
+  zs::bench::time_on_stream(state, t.stream(), [&] { t.step(); }, 20);
+  state.counters["graph_nodes"] = static_cast<double>(t.graph_nodes());
+  state.counters["programmatic_edges"] = static_cast<double>(t.graph_programmatic_edges());
+}
+BENCHMARK(BM_StepProgrammatic)
+    ->ArgNames({"programmatic", "B", "width", "heads", "aux"})
+    ->ArgsProduct({{0, 1}, {256}, {256}, {128}, {0, 7}})
+    ->Args({0, 4096, 512, 256, 0})
+    ->Args({1, 4096, 512, 256, 0})
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
+
 // One phase of the direct-launch step, spectral norm on: arg 0 is the phase, arg 1 picks the
 // reference config (0: B = 256) or the large one (1: B = 4096, trunk 512 × 512, heads 256).
 void BM_StepPhase(benchmark::State& state) {

@@ -229,6 +229,40 @@ TEST(Trainer, TheSideLaneChangesNoBitOfTheTraining) {
   }
 }
 
+// Programmatic dependent launch in the step's graph (each of our kernels that follows a kernel
+// starts while it drains and waits on the GPU for its results) changes no bit of the training,
+// plain and with every auxiliary. On CUDA the capture must have made edges programmatic (else
+// the driver refused them and the option does nothing); the host has none.
+TEST(Trainer, ProgrammaticLaunchChangesNoBitOfTheTraining) {
+  const auto seed = zs::test::fresh_seed();
+  SCOPED_TRACE(testing::Message() << "seed " << seed);
+  const auto plain = small_config(seed).to_json();
+  for (const auto& j : {plain, with_every_auxiliary(plain)}) {
+    const auto c = zs::Config::from_json(j);
+    zs::TrainerOptions with, without;
+    with.batch_size = without.batch_size = 16;
+    with.programmatic_launch = true;
+    without.programmatic_launch = false;
+    zs::Trainer a(c, with), b(c, without);
+    zs::test::step_on_same_batches(a, b, 6, seed + 100, step_both);
+    EXPECT_TRUE(a.graph_recorded());
+    if (std::string(zs::kBackendName) == "cuda") {
+      EXPECT_GT(a.graph_programmatic_edges(), 0u) << j.dump();
+    } else {
+      EXPECT_EQ(a.graph_programmatic_edges(), 0u);
+    }
+    EXPECT_EQ(b.graph_programmatic_edges(), 0u);
+    EXPECT_TRUE(zs::test::same_bits(host_copy(a.online().flat()), host_copy(b.online().flat()))) << j.dump();
+    EXPECT_TRUE(zs::test::same_bits(host_copy(a.target().flat()), host_copy(b.target().flat()))) << j.dump();
+    EXPECT_TRUE(zs::test::same_bits(host_copy(a.optimizer().v().flat()), host_copy(b.optimizer().v().flat())))
+        << j.dump();
+    const auto ma = a.metrics(), mb = b.metrics();
+    ASSERT_TRUE(ma && mb);
+    EXPECT_EQ(ma->raw_loss, mb->raw_loss);
+    EXPECT_EQ(ma->raw_grad_norm, mb->raw_grad_norm);
+  }
+}
+
 // The records' posts beside the update (on the side lane, off the chain from the gradient norm to
 // Adam) change no bit of the training and post the same records: the guard's (a NaN batch's
 // halt included) and the loss terms', every step and every 3rd.

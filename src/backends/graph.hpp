@@ -33,6 +33,13 @@ class Graph {
   bool captured() const;
   // Nodes in the captured graph (0 on the host, which records no nodes).
   std::size_t node_count() const;
+  // Before capture: turn every edge from a kernel into a kernel wrapped in AfterPriorGrids
+  // (backends/after_prior_grids.hpp) into a programmatic edge, so that kernel's launch overlaps
+  // the end of the one before it (programmatic dependent launch, sm_90). A graph that does not
+  // instantiate with them is kept without. Nothing on the host.
+  void set_programmatic_edges(bool on);
+  // Edges the capture made programmatic (0 on the host and when off).
+  std::size_t programmatic_edges() const;
 
  private:
   struct Impl;

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <string>
 
+#include "backends/after_prior_grids.hpp"
 #include "backends/backend.hpp"
 #include "core/error.hpp"
 #include "kernels/grad_clip.hpp"  // clip_coefficient, and detail::flat_block: the flat kernels' work split
@@ -173,9 +174,9 @@ void adam_polyak_update(const Exec& exec, Kokkos::View<float*, typename Exec::me
   const auto one_minus = [](float b) { return static_cast<float>(1.0 - static_cast<double>(b)); };
   Kokkos::parallel_for(
       "zs::adam_polyak_update", detail::flat_policy(exec, n),
-      AdamPolyakUpdate<Exec>{params, grads, m, v, target, state, skip, lr, grad_scale, hyper.beta1,
-                             one_minus(hyper.beta1), hyper.beta2, one_minus(hyper.beta2), hyper.eps,
-                             tau, one_minus(tau), true});
+      AfterPriorGrids<AdamPolyakUpdate<Exec>>({params, grads, m, v, target, state, skip, lr, grad_scale, hyper.beta1,
+                                               one_minus(hyper.beta1), hyper.beta2, one_minus(hyper.beta2), hyper.eps,
+                                               tau, one_minus(tau), true}));
 }
 
 // The same Adam step without a target update (the target then moves by hard_update).

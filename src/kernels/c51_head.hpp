@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "backends/after_prior_grids.hpp"
 #include "backends/backend.hpp"
 #include "core/error.hpp"
 #include "backends/host_copy.hpp"
@@ -237,7 +238,8 @@ void launch_dueling(const Exec& exec, const Entries& entries, int count, int max
     const int team = host ? 1 : (wanted < 512 ? wanted : 512) / lanes;
     Kokkos::TeamPolicy<Exec> policy(exec, count * tiles, team, lanes);
     policy.set_scratch_size(0, Kokkos::PerTeam(sizeof(float) * shape.tile_rows * dueling_row_floats(table, atoms)));
-    Kokkos::parallel_for("zs::dueling_tiles", policy, F{entries, table, atoms, shape.tile_rows, tiles});
+    Kokkos::parallel_for("zs::dueling_tiles", policy,
+                         AfterPriorGrids<F>(F{entries, table, atoms, shape.tile_rows, tiles}));
   } else {
     using F = DuelingRows<Exec, Entries>;
     // Up to 8 units a team on a device, within the tiles' scratch budget.
@@ -246,7 +248,7 @@ void launch_dueling(const Exec& exec, const Entries& entries, int count, int max
     const int units = count * max_rows * table.branches;
     Kokkos::TeamPolicy<Exec> policy(exec, (units + per_team - 1) / per_team, host ? 1 : per_team, vector);
     policy.set_scratch_size(0, Kokkos::PerTeam(sizeof(float) * per_team * F::unit_floats(atoms)));
-    Kokkos::parallel_for("zs::dueling_rows", policy, F{entries, table, atoms, max_rows, per_team});
+    Kokkos::parallel_for("zs::dueling_rows", policy, AfterPriorGrids<F>(F{entries, table, atoms, max_rows, per_team}));
   }
 }
 

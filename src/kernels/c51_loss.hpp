@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "backends/after_prior_grids.hpp"
 #include "backends/backend.hpp"
 #include "core/error.hpp"
 #include "kernels/c51_head.hpp"
@@ -310,7 +311,7 @@ void c51_loss(const Exec& exec, const C51Loss<Exec>& f, const Kokkos::View<float
   }
   Kokkos::TeamPolicy<Exec> policy(exec, static_cast<int>(B), warps, host ? 1 : 32);
   policy.set_scratch_size(0, Kokkos::PerTeam(bytes));
-  Kokkos::parallel_reduce("zs::c51_loss", policy, g, loss);
+  Kokkos::parallel_reduce("zs::c51_loss", policy, AfterPriorGrids<C51Loss<Exec>>(g), loss);
 }
 
 }  // namespace zs::kernels

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "backends/after_prior_grids.hpp"
 #include "backends/backend.hpp"
 #include "core/error.hpp"
 #include "backends/host_copy.hpp"
@@ -74,7 +75,7 @@ class BiasActLaunch {
     Kokkos::parallel_for("zs::bias_act_batch",
                          Kokkos::TeamPolicy<Exec>(exec, static_cast<int>(table_.extent(0)) * blocks, host ? 1 : per_team,
                                                   host ? 1 : 32),
-                         BiasActBatch<Exec>{table_, rows_, per_team, blocks});
+                         AfterPriorGrids<BiasActBatch<Exec>>({table_, rows_, per_team, blocks}));
   }
 
  private:
@@ -207,7 +208,7 @@ class ColumnSumLaunch {
     Kokkos::TeamPolicy<Exec> policy(exec, static_cast<int>(chunks_.extent(0)) * blocks_, team, vector);
     policy.set_scratch_size(0, Kokkos::PerTeam(sizeof(float) * team * kColumnChunk));
     Kokkos::parallel_for("zs::column_sum_batch", policy,
-                         ColumnSumBatch<Exec>{table_, chunks_, partials_, done_, rows_, block_rows_, blocks_});
+                         AfterPriorGrids<ColumnSumBatch<Exec>>({table_, chunks_, partials_, done_, rows_, block_rows_, blocks_}));
   }
 
  private:

@@ -10,6 +10,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "backends/after_prior_grids.hpp"
 #include "backends/backend.hpp"
 #include "core/error.hpp"
 #include "kernels/last_team.hpp"
@@ -155,7 +156,7 @@ void grad_norms(const Exec& exec, const std::vector<Kokkos::View<const float*, t
   constexpr bool host = Kokkos::SpaceAccessibility<Kokkos::HostSpace, typename Exec::memory_space>::accessible;
   Kokkos::parallel_for("zs::grad_norms",
                        Kokkos::TeamPolicy<Exec>(exec, static_cast<int>(grads.size()) * f.chunks, host ? 1 : kNormTeamSize),
-                       f);
+                       AfterPriorGrids<SumsOfSquaresSqrt<Exec, Tail>>(f));
 }
 
 // Enqueues ‖grad‖₂ into `norm` (grad_norms with one buffer: Kokkos' own reduction is not used,

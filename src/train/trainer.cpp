@@ -257,7 +257,10 @@ void Trainer::run_graph(Graph& graph, const std::function<void()>& body) {
 
 void Trainer::step() {
   if (!options_.use_graph) return step_direct();
-  if (!graph_) graph_ = std::make_unique<Graph>();
+  if (!graph_) {
+    graph_ = std::make_unique<Graph>();
+    graph_->set_programmatic_edges(options_.programmatic_launch);
+  }
   run_graph(*graph_, [this] { enqueue_step(); });
   ++steps_;
 }
@@ -269,7 +272,10 @@ void Trainer::step_with(const std::function<void()>& before, const std::function
     after();
     return;
   }
-  if (!graph_with_) graph_with_ = std::make_unique<Graph>();
+  if (!graph_with_) {
+    graph_with_ = std::make_unique<Graph>();
+    graph_with_->set_programmatic_edges(options_.programmatic_launch);
+  }
   run_graph(*graph_with_, [&] {
     before();
     enqueue_step();

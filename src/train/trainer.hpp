@@ -59,6 +59,11 @@ struct TrainerOptions {
   // side_lane. On: the H200 step at B = 256 took 127.4 µs against 130.8 with the posts between
   // (BM_StepPostsBeside; 127.9 with no post timed at all).
   bool posts_beside = true;
+  // Programmatic dependent launch inside the step's graph (Graph::set_programmatic_edges): each
+  // kernel of ours that follows a kernel is launched while that one drains and waits on the GPU
+  // for its results. CUDA sm_90 only; nothing on the host. Off until the H200 has measured it
+  // (BM_StepProgrammatic).
+  bool programmatic_launch = false;
 };
 
 // One loss term's entry in the metrics record, as the host reads it.
@@ -119,6 +124,8 @@ class Trainer {
   std::int64_t steps_enqueued() const { return steps_; }
   bool graph_recorded() const { return graph_ && graph_->captured(); }
   std::size_t graph_nodes() const { return graph_ ? graph_->node_count() : 0; }
+  // Edges of that graph made programmatic (TrainerOptions::programmatic_launch).
+  std::size_t graph_programmatic_edges() const { return graph_ ? graph_->programmatic_edges() : 0; }
 
   // This process's place in the run: rank r of ranks() (0 of 1 alone).
   int rank() const { return comm_ ? comm_->rank() : 0; }

@@ -17,4 +17,12 @@ KOKKOS_INLINE_FUNCTION void system_fence() {
   __threadfence_system();
 #endif
 }
+// Waits until the grids this one depends on through a programmatic edge of its graph have
+// finished and their stores are visible (PTX griddepcontrol.wait); returns at once otherwise.
+// The kernels wrapped in AfterPriorGrids call it first thing.
+KOKKOS_INLINE_FUNCTION void wait_for_prior_grids() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
 }  // namespace zs

@@ -31,5 +31,7 @@ void Graph::replay(Stream&) {
 
 bool Graph::captured() const { return static_cast<bool>(impl_->body); }
 std::size_t Graph::node_count() const { return 0; }
+void Graph::set_programmatic_edges(bool) {}
+std::size_t Graph::programmatic_edges() const { return 0; }
 
 }  // namespace zs

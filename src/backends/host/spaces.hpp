@@ -12,4 +12,6 @@ inline constexpr const char* kBackendName = "openmp";
 inline constexpr int kAtomTeam = 1;
 
 KOKKOS_INLINE_FUNCTION void system_fence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
+// Host launches run in order: nothing to wait for.
+KOKKOS_INLINE_FUNCTION void wait_for_prior_grids() {}
 }  // namespace zs
