@@ -223,8 +223,10 @@ TEST(C51Loss, EveryWarpSplitMatchesTheDoubleReference) {
       for (std::size_t x = 0; x < ref_best.size(); ++x) {
         if (margin[x] <= 1e-5) continue;  // a near-tie: either action is a correct float argmax
         EXPECT_EQ(got_best[x], ref_best[x]) << "sample/branch " << x;
+        // A target's position b on the support is float arithmetic: its rounding (a few ulps of
+        // b ≤ atoms − 1) moves up to ~|b|·1e-7 of a source's mass between two atoms.
         for (int j = 0; j < atoms; ++j)
-          EXPECT_NEAR(got_m[x * atoms + j], ref_m[x * atoms + j], 1e-6) << "sample/branch " << x << " atom " << j;
+          EXPECT_NEAR(got_m[x * atoms + j], ref_m[x * atoms + j], 2e-7 * atoms) << "sample/branch " << x << " atom " << j;
       }
       bool any_tie = false;
       for (int i = 0; i < B; ++i) {
@@ -234,7 +236,7 @@ TEST(C51Loss, EveryWarpSplitMatchesTheDoubleReference) {
         if (tie) continue;
         EXPECT_NEAR(got_L[i], ref_L[i], 1e-5 * std::abs(ref_L[i]) + 1e-6) << "sample " << i;
         for (int j = 0; j < atoms; ++j)
-          EXPECT_NEAR(got_dv[i * atoms + j], ref_dvalue[i * atoms + j], 1e-5 * std::abs(ref_dvalue[i * atoms + j]) + 1e-7)
+          EXPECT_NEAR(got_dv[i * atoms + j], ref_dvalue[i * atoms + j], 1e-5 * std::abs(ref_dvalue[i * atoms + j]) + 2e-7 * atoms)
               << "sample " << i << " atom " << j;
       }
       if (!any_tie) {
