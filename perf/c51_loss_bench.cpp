@@ -62,7 +62,7 @@ void BM_C51Loss(benchmark::State& state) {
 }
 BENCHMARK(BM_C51Loss)
     ->ArgNames({"warps", "B"})
-    ->ArgsProduct({{1, 2, 0}, {256, 4096}})
+    ->ArgsProduct({{1, 2, 0}, {256, 1024, 4096}})
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 

@@ -9,7 +9,9 @@ import sys
 
 def short_name(name: str) -> str:
     # A Kokkos lambda's kernel is named after the function that wrote it (&zs::f); a functor's
-    # after its type (zs::F<...>); a library kernel keeps its own name.
+    # after its type (zs::F<...>), a wrapped one's after what it wraps (zs::AfterPriorGrids<zs::F>
+    # is F); a library kernel keeps its own name.
+    name = re.sub(r"zs::AfterPriorGrids<", "", name)
     for pattern in (r"&(zs::[\w:]+)", r"(zs::[\w:]+)"):
         m = re.search(pattern, name)
         if m:
