@@ -23,42 +23,71 @@ using zs::MemSpace;
 constexpr float kInf = std::numeric_limits<float>::infinity();
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 
+// What one launch of the loss wrote.
 struct Result {
-  std::vector<float> projected, priorities;
+  std::vector<float> projected, priorities, d_value;
+  std::vector<int> best;
+  float loss = 0;
 };
 
-// One launch on B samples of two branches (2 and 3 actions), uniform distributions everywhere.
-Result run(const zs::kernels::Support& sup, const std::vector<float>& rewards, const std::vector<float>& dones) {
-  const int B = static_cast<int>(rewards.size()), K = 2, A = 5, atoms = sup.atoms;
+// The kernel's inputs on the host: log-probabilities [2B, A, atoms] online (s, then s′) and
+// [B, A, atoms] target, actions [B, K], and per sample reward, done and weight.
+struct Inputs {
+  zs::kernels::BranchTable table;
+  zs::kernels::Support sup;
+  std::vector<float> online, target, rewards, dones, weights;
+  std::vector<int> actions;
+};
+
+// One launch with `parts` team threads a branch (0: the kernel's choice).
+Result launch(const Inputs& in, int parts = 0) {
+  const int B = static_cast<int>(in.rewards.size()), K = in.table.branches, A = in.table.cum(K), atoms = in.sup.atoms;
   using F3 = Kokkos::View<float***, Kokkos::LayoutRight, MemSpace>;
   using I2 = Kokkos::View<int**, Kokkos::LayoutRight, MemSpace>;
   F3 online("online", 2 * B, A, atoms), target("target", B, A, atoms), projected("projected", B, K, atoms);
-  Kokkos::deep_copy(online, -std::log(static_cast<float>(atoms)));
-  Kokkos::deep_copy(target, -std::log(static_cast<float>(atoms)));
+  Kokkos::deep_copy(online, Kokkos::View<const float***, Kokkos::LayoutRight, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>(
+                                in.online.data(), 2 * B, A, atoms));
+  Kokkos::deep_copy(target, Kokkos::View<const float***, Kokkos::LayoutRight, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>(
+                                in.target.data(), B, A, atoms));
   I2 actions("actions", B, K), best("best", B, K);
+  Kokkos::deep_copy(actions, Kokkos::View<const int**, Kokkos::LayoutRight, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>(
+                                 in.actions.data(), B, K));
   zs::DeviceFloats d_value("d_value", static_cast<std::size_t>(B) * atoms);
   zs::DeviceFloats d_branch("d_branch", static_cast<std::size_t>(B) * A * atoms);
   zs::DeviceFloats priorities("priorities", B);
   Kokkos::View<float, MemSpace> loss("loss");
-
   zs::kernels::C51Loss<ExecSpace> f;
   f.logp_online = online;
   f.logp_target = target;
   f.actions = actions;
-  f.rewards = zs::test::to_device(rewards);
-  f.dones = zs::test::to_device(dones);
-  f.weights = zs::test::to_device(std::vector<float>(B, 1.f));
+  f.rewards = zs::test::to_device(in.rewards);
+  f.dones = zs::test::to_device(in.dones);
+  f.weights = zs::test::to_device(in.weights);
   f.priorities = priorities;
   f.projected = projected;
   f.best = best;
   f.d_value = Kokkos::View<float**, Kokkos::LayoutRight, MemSpace, Kokkos::MemoryUnmanaged>(d_value.data(), B, atoms);
   f.d_branch_out = Kokkos::View<float*, MemSpace, Kokkos::MemoryUnmanaged>(d_branch.data(), d_branch.extent(0));
-  f.table = zs::kernels::BranchTable::of({2, 3});
-  f.sup = sup;
+  f.table = in.table;
+  f.sup = in.sup;
+  f.parts = parts;
   ExecSpace exec;
   zs::kernels::c51_loss(exec, f, loss);
   exec.fence();
-  return {zs::test::to_host(projected), zs::test::to_host(priorities)};
+  Result r{zs::test::to_host(projected), zs::test::to_host(priorities), zs::test::to_host(d_value),
+           zs::test::to_host(best), 0.f};
+  Kokkos::deep_copy(r.loss, loss);
+  return r;
+}
+
+// One launch on B samples of two branches (2 and 3 actions), uniform distributions everywhere.
+Result run(const zs::kernels::Support& sup, const std::vector<float>& rewards, const std::vector<float>& dones) {
+  const int B = static_cast<int>(rewards.size()), A = 5;
+  const std::vector<float> uniform(static_cast<std::size_t>(2) * B * A * sup.atoms,
+                                   -std::log(static_cast<float>(sup.atoms)));
+  return launch({zs::kernels::BranchTable::of({2, 3}), sup, uniform,
+                 std::vector<float>(uniform.begin(), uniform.begin() + uniform.size() / 2), rewards, dones,
+                 std::vector<float>(B, 1.f), std::vector<int>(static_cast<std::size_t>(B) * 2, 0)});
 }
 
 void expect_masses_in_unit_interval(const Result& r) {
@@ -184,42 +213,11 @@ TEST(C51Loss, EveryWarpSplitMatchesTheDoubleReference) {
     std::vector<float> first_projected;
     for (const int parts : {1, 2, 3, 0}) {
       SCOPED_TRACE(testing::Message() << "branches " << K << ", atoms " << atoms << ", parts " << parts);
-      using F3 = Kokkos::View<float***, Kokkos::LayoutRight, MemSpace>;
-      using I2 = Kokkos::View<int**, Kokkos::LayoutRight, MemSpace>;
-      F3 on("online", 2 * B, A, atoms), tg("target", B, A, atoms), projected("projected", B, K, atoms);
-      Kokkos::deep_copy(on, Kokkos::View<const float***, Kokkos::LayoutRight, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>(
-                                online.data(), 2 * B, A, atoms));
-      Kokkos::deep_copy(tg, Kokkos::View<const float***, Kokkos::LayoutRight, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>(
-                                target.data(), B, A, atoms));
-      I2 act("actions", B, K), best("best", B, K);
-      Kokkos::deep_copy(act, Kokkos::View<const int**, Kokkos::LayoutRight, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>(
-                                 actions.data(), B, K));
-      zs::DeviceFloats d_value("d_value", static_cast<std::size_t>(B) * atoms);
-      zs::DeviceFloats d_branch("d_branch", static_cast<std::size_t>(B) * A * atoms);
-      zs::DeviceFloats priorities("priorities", B);
-      Kokkos::View<float, MemSpace> loss("loss");
-      zs::kernels::C51Loss<ExecSpace> f;
-      f.logp_online = on;
-      f.logp_target = tg;
-      f.actions = act;
-      f.rewards = zs::test::to_device(rewards);
-      f.dones = zs::test::to_device(dones);
-      f.weights = zs::test::to_device(weights);
-      f.priorities = priorities;
-      f.projected = projected;
-      f.best = best;
-      f.d_value = Kokkos::View<float**, Kokkos::LayoutRight, MemSpace, Kokkos::MemoryUnmanaged>(d_value.data(), B, atoms);
-      f.d_branch_out = Kokkos::View<float*, MemSpace, Kokkos::MemoryUnmanaged>(d_branch.data(), d_branch.extent(0));
-      f.table = table;
-      f.sup = sup;
-      f.parts = parts;
-      ExecSpace exec;
-      zs::kernels::c51_loss(exec, f, loss);
-      exec.fence();
-      const auto got_best = zs::test::to_host(best);
-      const auto got_m = zs::test::to_host(projected);
-      const auto got_L = zs::test::to_host(priorities);
-      const auto got_dv = zs::test::to_host(d_value);
+      const Result got = launch({table, sup, online, target, rewards, dones, weights, actions}, parts);
+      const auto& got_best = got.best;
+      const auto& got_m = got.projected;
+      const auto& got_L = got.priorities;
+      const auto& got_dv = got.d_value;
       for (std::size_t x = 0; x < ref_best.size(); ++x) {
         if (margin[x] <= 1e-5) continue;  // a near-tie: either action is a correct float argmax
         EXPECT_EQ(got_best[x], ref_best[x]) << "sample/branch " << x;
@@ -240,11 +238,9 @@ TEST(C51Loss, EveryWarpSplitMatchesTheDoubleReference) {
               << "sample " << i << " atom " << j;
       }
       if (!any_tie) {
-        float got_loss = 0;
-        Kokkos::deep_copy(got_loss, loss);
         double ref_loss = 0;
         for (int i = 0; i < B; ++i) ref_loss += weights[i] * ref_L[i] / B;
-        EXPECT_NEAR(got_loss, ref_loss, 1e-5 * std::abs(ref_loss) + 1e-6);
+        EXPECT_NEAR(got.loss, ref_loss, 1e-5 * std::abs(ref_loss) + 1e-6);
       }
       if (first_best.empty()) {
         first_best = got_best;

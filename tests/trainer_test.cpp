@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <string>
@@ -205,6 +206,29 @@ TEST(Trainer, FusedBiasReplaysBitForBitAndMatchesThePlainStep) {
   EXPECT_TRUE(zs::test::same_bits(host_copy(graph2.target().flat()), host_copy(direct.target().flat())));
 }
 
+// Trains one trainer with each of two options on the same six batches (graph steps) and expects
+// every bit of the online and target nets and of Adam's moments, and the loss and gradient norm,
+// alike; `check` then looks at the pair (e.g. at what their graphs hold).
+void expect_same_training(const nlohmann::json& j, zs::TrainerOptions with, zs::TrainerOptions without,
+                          std::uint64_t seed,
+                          const std::function<void(const zs::Trainer&, const zs::Trainer&)>& check = {}) {
+  SCOPED_TRACE(j.dump());
+  const auto c = zs::Config::from_json(j);
+  with.batch_size = without.batch_size = 16;
+  zs::Trainer a(c, with), b(c, without);
+  zs::test::step_on_same_batches(a, b, 6, seed, step_both);
+  EXPECT_TRUE(a.graph_recorded());
+  EXPECT_TRUE(zs::test::same_bits(host_copy(a.online().flat()), host_copy(b.online().flat())));
+  EXPECT_TRUE(zs::test::same_bits(host_copy(a.target().flat()), host_copy(b.target().flat())));
+  EXPECT_TRUE(zs::test::same_bits(host_copy(a.optimizer().m().flat()), host_copy(b.optimizer().m().flat())));
+  EXPECT_TRUE(zs::test::same_bits(host_copy(a.optimizer().v().flat()), host_copy(b.optimizer().v().flat())));
+  const auto ma = a.metrics(), mb = b.metrics();
+  ASSERT_TRUE(ma && mb);
+  EXPECT_EQ(ma->raw_loss, mb->raw_loss);
+  EXPECT_EQ(ma->raw_grad_norm, mb->raw_grad_norm);
+  if (check) check(a, b);
+}
+
 // The side lane (weight gradients on a second stream, forked and joined inside the step's
 // graph) changes no bit of the training: plain and with every auxiliary, whose terms enqueue
 // their own plans and products on it.
@@ -212,21 +236,9 @@ TEST(Trainer, TheSideLaneChangesNoBitOfTheTraining) {
   const auto seed = zs::test::fresh_seed();
   SCOPED_TRACE(testing::Message() << "seed " << seed);
   const auto plain = small_config(seed).to_json();
-  for (const auto& j : {plain, with_every_auxiliary(plain)}) {
-    const auto c = zs::Config::from_json(j);
-    zs::TrainerOptions with, without;
-    with.batch_size = without.batch_size = 16;
-    without.side_lane = false;
-    zs::Trainer a(c, with), b(c, without);
-    zs::test::step_on_same_batches(a, b, 6, seed + 100, step_both);
-    EXPECT_TRUE(a.graph_recorded());
-    EXPECT_TRUE(zs::test::same_bits(host_copy(a.online().flat()), host_copy(b.online().flat()))) << j.dump();
-    EXPECT_TRUE(zs::test::same_bits(host_copy(a.optimizer().m().flat()), host_copy(b.optimizer().m().flat())))
-        << j.dump();
-    const auto ma = a.metrics(), mb = b.metrics();
-    ASSERT_TRUE(ma && mb);
-    EXPECT_EQ(ma->raw_loss, mb->raw_loss);
-  }
+  zs::TrainerOptions with, without;
+  without.side_lane = false;
+  for (const auto& j : {plain, with_every_auxiliary(plain)}) expect_same_training(j, with, without, seed + 100);
 }
 
 // Programmatic dependent launch in the step's graph (each of our kernels that follows a kernel
@@ -237,30 +249,18 @@ TEST(Trainer, ProgrammaticLaunchChangesNoBitOfTheTraining) {
   const auto seed = zs::test::fresh_seed();
   SCOPED_TRACE(testing::Message() << "seed " << seed);
   const auto plain = small_config(seed).to_json();
-  for (const auto& j : {plain, with_every_auxiliary(plain)}) {
-    const auto c = zs::Config::from_json(j);
-    zs::TrainerOptions with, without;
-    with.batch_size = without.batch_size = 16;
-    with.programmatic_launch = true;
-    without.programmatic_launch = false;
-    zs::Trainer a(c, with), b(c, without);
-    zs::test::step_on_same_batches(a, b, 6, seed + 100, step_both);
-    EXPECT_TRUE(a.graph_recorded());
-    if (std::string(zs::kBackendName) == "cuda") {
-      EXPECT_GT(a.graph_programmatic_edges(), 0u) << j.dump();
-    } else {
-      EXPECT_EQ(a.graph_programmatic_edges(), 0u);
-    }
-    EXPECT_EQ(b.graph_programmatic_edges(), 0u);
-    EXPECT_TRUE(zs::test::same_bits(host_copy(a.online().flat()), host_copy(b.online().flat()))) << j.dump();
-    EXPECT_TRUE(zs::test::same_bits(host_copy(a.target().flat()), host_copy(b.target().flat()))) << j.dump();
-    EXPECT_TRUE(zs::test::same_bits(host_copy(a.optimizer().v().flat()), host_copy(b.optimizer().v().flat())))
-        << j.dump();
-    const auto ma = a.metrics(), mb = b.metrics();
-    ASSERT_TRUE(ma && mb);
-    EXPECT_EQ(ma->raw_loss, mb->raw_loss);
-    EXPECT_EQ(ma->raw_grad_norm, mb->raw_grad_norm);
-  }
+  zs::TrainerOptions with, without;
+  with.programmatic_launch = true;
+  without.programmatic_launch = false;
+  for (const auto& j : {plain, with_every_auxiliary(plain)})
+    expect_same_training(j, with, without, seed + 100, [](const zs::Trainer& a, const zs::Trainer& b) {
+      if (std::string(zs::kBackendName) == "cuda") {
+        EXPECT_GT(a.graph_programmatic_edges(), 0u);
+      } else {
+        EXPECT_EQ(a.graph_programmatic_edges(), 0u);
+      }
+      EXPECT_EQ(b.graph_programmatic_edges(), 0u);
+    });
 }
 
 // The records' posts beside the update (on the side lane, off the chain from the gradient norm to
