@@ -51,9 +51,9 @@ struct TrainerOptions {
   bool side_lane = true;
   // Each trunk layer's bias and ReLU inside its products (ForwardPlan's fused_bias: cuBLASLt
   // epilogues on CUDA): the online net's two passes as one product of 2B rows, the target's on
-  // the side lane. On: the H200 step is 3.5 % faster at B = 256 and 5 % at 4096 / 512 / 256
-  // (BM_StepFusedBias); off gives the per-layer bias kernels, for measuring what it buys.
-  bool fused_bias = true;
+  // the side lane. By default where it wins (kBiasInProducts): on CUDA, where the H200 step is
+  // 3.5 % faster at B = 256 and 5 % at 4096 / 512 / 256 (BM_StepFusedBias), not on the host.
+  bool fused_bias = kBiasInProducts;
   // The guard's and the loss terms' mailbox posts (each two system-scope fences) on the side lane
   // beside the optimizer's update, instead of between the gradient norm and the update; needs
   // side_lane. On: the H200 step at B = 256 took 127.4 µs against 130.8 with the posts between

@@ -10,6 +10,9 @@ using PinnedSpace = Kokkos::CudaHostPinnedSpace;
 inline constexpr const char* kBackendName = "cuda";
 // Threads of a team whose threads split one sample's atoms (51 by default): two warps.
 inline constexpr int kAtomTeam = 64;
+// A dense layer's bias and ReLU inside its product (cuBLASLt's epilogue) beat a product and a
+// bias pass here: the H200 step 3.5 % faster at B = 256, 5.1 % at 4096 / 512 / 256.
+inline constexpr bool kBiasInProducts = true;
 
 // Orders a thread's stores as seen by the host (PCIe/NVLink), not only by other GPU threads.
 KOKKOS_INLINE_FUNCTION void system_fence() {

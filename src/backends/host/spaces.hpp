@@ -10,6 +10,9 @@ using PinnedSpace = Kokkos::HostSpace;
 inline constexpr const char* kBackendName = "openmp";
 // On the host a team is one thread: the parallelism is across samples.
 inline constexpr int kAtomTeam = 1;
+// The bias added by each core to the rows it has just multiplied lost to the GEMM batch and a
+// bias pass on a 2-core host (BM_StepFusedBias at B = 256: 29.1 against 26.8 ms).
+inline constexpr bool kBiasInProducts = false;
 
 KOKKOS_INLINE_FUNCTION void system_fence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
 // Host launches run in order: nothing to wait for.
