@@ -176,16 +176,15 @@ void Trainer::enqueue_phase(Phase phase) {
       }
       if (!applied_) {
         optimizer_.update(exec, online_, c51.grad(), optimizer_.clip_scale(), guard_.skip_flag(), target_);
-        if (posts_beside()) side_->join();
-        break;
+      } else {
+        std::vector<kernels::BudgetTerm> auxiliaries;
+        for (std::size_t i = 1; i < terms_.size(); ++i)
+          auxiliaries.push_back({terms_[i]->grad().flat().data(), terms_[i]->norm().data(),
+                                 static_cast<double>(terms_[i]->budget() * config_.max_grad_norm)});
+        kernels::budget_sum(exec, applied_->flat(), ConstDeviceFloats(c51.grad().flat()),
+                            DeviceScalar<const float>(optimizer_.clip_scale()), auxiliaries);
+        optimizer_.update(exec, online_, *applied_, unit_scale_, guard_.skip_flag(), target_);
       }
-      std::vector<kernels::BudgetTerm> auxiliaries;
-      for (std::size_t i = 1; i < terms_.size(); ++i)
-        auxiliaries.push_back({terms_[i]->grad().flat().data(), terms_[i]->norm().data(),
-                               static_cast<double>(terms_[i]->budget() * config_.max_grad_norm)});
-      kernels::budget_sum(exec, applied_->flat(), ConstDeviceFloats(c51.grad().flat()),
-                          DeviceScalar<const float>(optimizer_.clip_scale()), auxiliaries);
-      optimizer_.update(exec, online_, *applied_, unit_scale_, guard_.skip_flag(), target_);
       if (posts_beside()) side_->join();
       break;
     }

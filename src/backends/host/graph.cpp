@@ -31,7 +31,9 @@ void Graph::replay(Stream&) {
 
 bool Graph::captured() const { return static_cast<bool>(impl_->body); }
 std::size_t Graph::node_count() const { return 0; }
-void Graph::set_programmatic_edges(bool) {}
+void Graph::set_programmatic_edges(bool) {
+  require(!captured(), "Graph::set_programmatic_edges: the graph is already captured; set it before capture()");
+}
 std::size_t Graph::programmatic_edges() const { return 0; }
 
 }  // namespace zs
