@@ -23,13 +23,24 @@ void fill_batch(zs::Trainer& t) {
   zs::upload(t.stream().exec(), t.config(), zs::random_batch(t.config(), t.batch().size, 42), t.batch());
 }
 
+// bench_config with, when `aux` is not 0, every auxiliary on (IQN, a 2-member ensemble, CQL).
+zs::Config aux_config(int width, int heads, long aux) {
+  zs::Config c = bench_config(width, heads);
+  if (aux != 0) {
+    c.iqn.on = c.cql.on = true;
+    c.ensemble.k = 2;
+  }
+  return c;
+}
+
 // µs per step of a trainer made from c and opt on a random batch, `calls` steps per timing, and
-// its graph's node count.
+// its graph's node count (and, with programmatic launch, the edges the capture made programmatic).
 void time_steps(benchmark::State& state, const zs::Config& c, const zs::TrainerOptions& opt, int calls) {
   zs::Trainer t(c, opt);
   fill_batch(t);
   zs::bench::time_on_stream(state, t.stream(), [&] { t.step(); }, calls);
   state.counters["graph_nodes"] = static_cast<double>(t.graph_nodes());
+  if (opt.programmatic_launch) state.counters["programmatic_edges"] = static_cast<double>(t.graph_programmatic_edges());
 }
 
 // Args: batch, trunk width, head width, graph (1) or direct (0).
@@ -51,11 +62,7 @@ BENCHMARK(BM_Step)
 // weight gradients beside the input gradients buys. Args: side, batch, trunk width, head width,
 // auxiliaries (7: IQN, ensemble and CQL on; 0: plain).
 void BM_StepSideLane(benchmark::State& state) {
-  zs::Config c = bench_config(static_cast<int>(state.range(2)), static_cast<int>(state.range(3)));
-  if (state.range(4) != 0) {
-    c.iqn.on = c.cql.on = true;
-    c.ensemble.k = 2;
-  }
+  const zs::Config c = aux_config(static_cast<int>(state.range(2)), static_cast<int>(state.range(3)), state.range(4));
   zs::TrainerOptions opt;
   opt.side_lane = state.range(0) != 0;
   opt.batch_size = static_cast<int>(state.range(1));
@@ -91,11 +98,7 @@ BENCHMARK(BM_StepFusedBias)
 // between the gradient norm and the update (0), and with posts so rare that none is timed (2:
 // what the posts cost at all). Args: posts, batch, trunk width, head width, auxiliaries (7 or 0).
 void BM_StepPostsBeside(benchmark::State& state) {
-  zs::Config c = bench_config(static_cast<int>(state.range(2)), static_cast<int>(state.range(3)));
-  if (state.range(4) != 0) {
-    c.iqn.on = c.cql.on = true;
-    c.ensemble.k = 2;
-  }
+  const zs::Config c = aux_config(static_cast<int>(state.range(2)), static_cast<int>(state.range(3)), state.range(4));
   zs::TrainerOptions opt;
   opt.posts_beside = state.range(0) == 1;
   if (state.range(0) == 2) opt.guard.post_every = std::int64_t{1} << 40;
@@ -114,19 +117,11 @@ BENCHMARK(BM_StepPostsBeside)
 // kernels that follows a kernel starts while it drains. Args: programmatic, batch, trunk width,
 // head width, auxiliaries (7 or 0). Counter: the edges the capture made programmatic.
 void BM_StepProgrammatic(benchmark::State& state) {
-  zs::Config c = bench_config(static_cast<int>(state.range(2)), static_cast<int>(state.range(3)));
-  if (state.range(4) != 0) {
-    c.iqn.on = c.cql.on = true;
-    c.ensemble.k = 2;
-  }
+  const zs::Config c = aux_config(static_cast<int>(state.range(2)), static_cast<int>(state.range(3)), state.range(4));
   zs::TrainerOptions opt;
   opt.programmatic_launch = state.range(0) != 0;
   opt.batch_size = static_cast<int>(state.range(1));
-  zs::Trainer t(c, opt);
-  fill_batch(t);
-  zs::bench::time_on_stream(state, t.stream(), [&] { t.step(); }, 20);
-  state.counters["graph_nodes"] = static_cast<double>(t.graph_nodes());
-  state.counters["programmatic_edges"] = static_cast<double>(t.graph_programmatic_edges());
+  time_steps(state, c, opt, 20);
 }
 BENCHMARK(BM_StepProgrammatic)
     ->ArgNames({"programmatic", "B", "width", "heads", "aux"})

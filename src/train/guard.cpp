@@ -63,7 +63,7 @@ TrainingGuard::CheckKernel TrainingGuard::check_kernel(Kokkos::View<const float,
                                                        Kokkos::View<const float, MemSpace> lr) {
   // The post rides in the check's thread (one launch, not two). It runs after step_ has counted
   // up, so every post_every-th check posts its record.
-  return CheckKernel{verdict_kernel(loss, grad_norm, lr), post_kernel()};
+  return CheckKernel{verdict_kernel(loss, grad_norm, lr), box_.poster(step_, config_.post_every)};
 }
 
 kernels::GuardCheck<ExecSpace> TrainingGuard::verdict_kernel(Kokkos::View<const float, MemSpace> loss,

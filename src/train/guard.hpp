@@ -64,14 +64,14 @@ class TrainingGuard {
   using CheckKernel = kernels::ThenPost<ExecSpace, kernels::GuardCheck<ExecSpace>>;
   CheckKernel check_kernel(Kokkos::View<const float, MemSpace> loss, Kokkos::View<const double, MemSpace> grad_norm,
                            Kokkos::View<const float, MemSpace> lr);
-  // The same check without its post, and the post alone (gated by post_every like the check's),
-  // for a caller that posts later in the step, off its critical path: a post's system-scope
-  // fences then delay no kernel that waits for the verdict. Run the post after the check and
-  // before the next check.
+  // The same check without its post, and the post alone (its own launch on `exec`, gated by
+  // post_every like the check's), for a caller that posts later in the step, off its critical
+  // path: a post's system-scope fences then delay no kernel that waits for the verdict. Enqueue
+  // the post after the check and before the next check.
   kernels::GuardCheck<ExecSpace> verdict_kernel(Kokkos::View<const float, MemSpace> loss,
                                                 Kokkos::View<const double, MemSpace> grad_norm,
                                                 Kokkos::View<const float, MemSpace> lr);
-  kernels::MailboxPost<ExecSpace> post_kernel() const { return box_.poster(step_, config_.post_every); }
+  void post(const ExecSpace& exec) const { box_.post_every(exec, step_, config_.post_every); }
   // Enqueues snapshot-and-reset of the sums and a mailbox post on `exec`; no sync.
   void boundary(const ExecSpace& exec);
 

@@ -207,7 +207,7 @@ void Trainer::enqueue_term_record(const ExecSpace& exec) {
 }
 
 void Trainer::enqueue_posts(const ExecSpace& exec) {
-  Kokkos::parallel_for("zs::guard_post", Kokkos::RangePolicy<ExecSpace>(exec, 0, 1), guard_.post_kernel());
+  guard_.post(exec);
   enqueue_term_record(exec);
 }
 
