@@ -203,4 +203,44 @@ BENCHMARK(BM_StepAllReduce)
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 
+// The graph-replayed step with the C51 term as one fused kernel (losses/c51_fused.hpp) against
+// the launch plans. Args: fused (0: plans; 1: a launch per phase; 2: one persistent launch),
+// teams per multiprocessor of the persistent launch, batch, trunk width, head width,
+// auxiliaries (7 or 0). Counters: graph nodes, the fused kernel's launches and phases.
+void BM_StepFused(benchmark::State& state) {
+  const zs::Config c = aux_config(static_cast<int>(state.range(3)), static_cast<int>(state.range(4)), state.range(5));
+  zs::TrainerOptions opt;
+  opt.fused_step = state.range(0) != 0;
+  opt.fused.mode = state.range(0) == 2 ? zs::PhasedMode::persistent : zs::PhasedMode::launches;
+  opt.fused.teams_per_sm = static_cast<int>(state.range(1));
+  opt.batch_size = static_cast<int>(state.range(2));
+  zs::Trainer t(c, opt);
+  if (opt.fused_step && !t.fused()) {
+    state.SkipWithError(("the fused step is off: " + t.fused_off_reason()).c_str());
+    return;
+  }
+  fill_batch(t);
+  zs::bench::time_on_stream(state, t.stream(), [&] { t.step(); }, 20);
+  state.counters["graph_nodes"] = static_cast<double>(t.graph_nodes());
+  if (t.fused()) {
+    state.counters["fused_launches"] = t.fused_kernel()->launches();
+    state.counters["fused_phases"] = t.fused_kernel()->phases();
+    state.counters["fused_teams"] = t.fused_kernel()->teams();
+  }
+}
+BENCHMARK(BM_StepFused)
+    ->ArgNames({"fused", "tpsm", "B", "width", "heads", "aux"})
+    ->Args({0, 1, 256, 256, 128, 0})
+    ->Args({1, 1, 256, 256, 128, 0})
+    ->Args({2, 1, 256, 256, 128, 0})
+    ->Args({2, 2, 256, 256, 128, 0})
+    ->Args({0, 1, 256, 256, 128, 7})
+    ->Args({2, 2, 256, 256, 128, 7})
+    ->Args({0, 1, 4096, 512, 256, 0})
+    ->Args({1, 1, 4096, 512, 256, 0})
+    ->Args({2, 1, 4096, 512, 256, 0})
+    ->Args({2, 2, 4096, 512, 256, 0})
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
+
 }  // namespace

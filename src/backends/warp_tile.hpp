@@ -1,16 +1,26 @@
 // A 16 × 8 block of a matrix product accumulated by one team thread: C += A · Bᵀ over k-steps of 8,
-// where A is [16 rows, k] and B is [8 rows, k], both row-major with their own leading dimension
-// (B's rows are a dense layer's output units, as in PyTorch's W [out, in]). It is the piece a
-// fused layer-stack kernel tiles its products with: on CUDA the team thread is a whole warp
-// (vector length 32) and the product runs on the tensor cores in TF32 (mma.sync m16n8k8); on the
-// host the team thread does it with plain FP32 loops. Only the accumulator's layout differs, and
-// for_each hides it: each element is visited exactly once, by the lane that holds it.
+// where A is [16 rows, k] and B is [8 rows, k] (B's rows are a dense layer's output units, as in
+// PyTorch's W [out, in]). Either operand may be k-contiguous (row-major with its leading
+// dimension) or row-contiguous (the transpose): mma() takes each operand's row and k strides.
+// It is the piece the fused step's tile products are built from: on CUDA the team thread is a
+// whole warp (vector length 32) and the product runs on the tensor cores in TF32 (mma.sync
+// m16n8k8); on the host the team thread does it with plain FP32 loops. Only the accumulator's
+// layout differs, and for_each hides it: each element is visited exactly once, by the lane that
+// holds it.
 //
 // Use: WarpTile<Exec> t; t.zero(); for each k0 in steps of 8: t.mma(a + k0, lda, b + k0, ldb);
 // then t.for_each([&](int m, int n, float v) {...}). Every lane of the warp must make the same
 // calls (the team thread's code path), with the same pointers.
 #pragma once
 #include "backends/backend.hpp"
+
+// Unrolls the loop that follows in device code, where register arrays must be indexed by
+// constants to stay in registers; nothing on the host compiler.
+#if defined(__CUDA_ARCH__)
+#define ZS_UNROLL _Pragma("unroll")
+#else
+#define ZS_UNROLL
+#endif
 
 namespace zs {
 
@@ -25,14 +35,31 @@ struct WarpTile {
   KOKKOS_INLINE_FUNCTION void zero() {
     for (int i = 0; i < kM * kN; ++i) c[i] = 0.f;
   }
-  KOKKOS_INLINE_FUNCTION void mma(const float* a, int lda, const float* b, int ldb) {
+  // a(m, k) = a[m·a_rs + k·a_ks], b(n, k) = b[n·b_rs + k·b_ks].
+  KOKKOS_INLINE_FUNCTION void mma(const float* a, int a_rs, int a_ks, const float* b, int b_rs, int b_ks) {
     for (int m = 0; m < kM; ++m)
       for (int n = 0; n < kN; ++n) {
         float s = c[m * kN + n];
-        for (int k = 0; k < kK; ++k) s += a[m * lda + k] * b[n * ldb + k];
+        for (int k = 0; k < kK; ++k) s += a[m * a_rs + k * a_ks] * b[n * b_rs + k * b_ks];
         c[m * kN + n] = s;
       }
   }
+  KOKKOS_INLINE_FUNCTION void mma(const float* a, int lda, const float* b, int ldb) { mma(a, lda, 1, b, ldb, 1); }
+  // This thread's lane in its team thread (0 on the host, where a team thread is one thread).
+  KOKKOS_INLINE_FUNCTION static int lane() { return 0; }
+  // A load of memory that other teams of the same launch may have stored to since it started (a
+  // persistent launch's earlier phases): on CUDA it bypasses the multiprocessor's L1.
+  KOKKOS_INLINE_FUNCTION static float load_shared(const float* p) { return *p; }
+  // Copies `valid` (0 to 4) floats from src to 16-byte aligned team scratch at dst and zeroes
+  // the rest of the four, on its way while the caller goes on (CUDA: cp.async, L2 only); it has
+  // landed after commit_copies() and wait_copies<N>() with N younger commits outstanding. Here
+  // the copy is done at once.
+  KOKKOS_INLINE_FUNCTION static void copy4_async(float* dst, const float* src, int valid) {
+    for (int i = 0; i < 4; ++i) dst[i] = i < valid ? src[i] : 0.f;
+  }
+  KOKKOS_INLINE_FUNCTION static void commit_copies() {}
+  template <int N>
+  KOKKOS_INLINE_FUNCTION static void wait_copies() {}
   template <class F>
   KOKKOS_INLINE_FUNCTION void for_each(const F& f) const {
     for (int m = 0; m < kM; ++m)

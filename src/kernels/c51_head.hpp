@@ -90,14 +90,19 @@ struct DuelingTiles {
   int atoms = 0, tile_rows = 1, tiles_per_entry = 1;
 
   KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
+    run(team, team.league_rank(),
+        static_cast<float*>(team.team_scratch(0).get_shmem(sizeof(float) * tile_rows * dueling_row_floats(table, atoms))));
+  }
+
+  // Tile `tile` (entry tile / tiles_per_entry) with `logit` as its scratch (tile_rows rows of
+  // dueling_row_floats): the fused step runs tiles this way, inside its own launch.
+  KOKKOS_INLINE_FUNCTION void run(const Member& team, int tile, float* const logit) const {
     const int A = table.actions, K = table.branches;
-    const int e = team.league_rank() / tiles_per_entry, first = (team.league_rank() % tiles_per_entry) * tile_rows;
+    const int e = tile / tiles_per_entry, first = (tile % tiles_per_entry) * tile_rows;
     const DuelingEntry x = entries(e);
     if (first >= x.rows) return;  // the whole team leaves: no barrier is left waiting
     const int rows = x.rows - first < tile_rows ? x.rows - first : tile_rows;
     const int r0 = x.row0 + first, R = x.total_rows;
-    float* const logit = static_cast<float*>(
-        team.team_scratch(0).get_shmem(sizeof(float) * tile_rows * dueling_row_floats(table, atoms)));
     float* const value = logit + static_cast<std::size_t>(tile_rows) * A * atoms;
     float* const mean = value + static_cast<std::size_t>(tile_rows) * atoms;
     for (int k = 0; k < K; ++k) {

@@ -23,6 +23,15 @@ struct Support {
   int atoms;
   KOKKOS_INLINE_FUNCTION float delta() const { return (v_max - v_min) / static_cast<float>(atoms - 1); }
   KOKKOS_INLINE_FUNCTION float z(int j) const { return v_min + static_cast<float>(j) * delta(); }
+  // Position of atom j's shifted support point r + γⁿ(1 − done)·z_j on the support, in atoms.
+  // A support the config should have refused (a span or spacing that is not finite and
+  // positive in float) gives NaN: it reads as atom 0, so no input can steer an index.
+  KOKKOS_INLINE_FUNCTION float position(float reward, float done, int j) const {
+    float tz = reward + gamma_n * (1.f - done) * z(j);
+    tz = tz < v_min ? v_min : (tz > v_max ? v_max : tz);
+    const float b = (tz - v_min) / delta();
+    return b != b ? 0.f : b;
+  }
 };
 
 // Device warps per branch in the loss (1 or 2), and the most warps a launch may have with two: a
@@ -52,15 +61,7 @@ struct C51Loss {
   BranchTable table;
   Support sup;
 
-  // Position of atom j's shifted support point r + γⁿ(1 − done)·z_j on the support, in atoms.
-  // A support the config should have refused (a span or spacing that is not finite and
-  // positive in float) gives NaN: it reads as atom 0, so no input can steer an index.
-  KOKKOS_INLINE_FUNCTION float position(int i, int j) const {
-    float tz = rewards(i) + sup.gamma_n * (1.f - dones(i)) * sup.z(j);
-    tz = tz < sup.v_min ? sup.v_min : (tz > sup.v_max ? sup.v_max : tz);
-    const float b = (tz - sup.v_min) / sup.delta();
-    return b != b ? 0.f : b;
-  }
+  KOKKOS_INLINE_FUNCTION float position(int i, int j) const { return sup.position(rewards(i), dones(i), j); }
 
   int q_group = 1;  // device: actions whose Q terms a warp holds in scratch at once (c51_loss sets it)
   // Team threads (device warps) per branch, each with a share of its actions and atoms; 0 lets

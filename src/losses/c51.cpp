@@ -16,7 +16,10 @@ C51Term::C51Term(const StepContext& ctx, float budget)
     : LossTerm("c51", budget, ctx), ctx_(ctx), g_(ctx.config, ctx.batch.size) {
   require(loss().data() == ctx.c51.loss.data(), "C51Term: its loss slot is not the C51 outputs' loss; expected the ",
           "trainer to give the C51 outputs slot 0's loss and to make the C51 term first");
-  backward_ = std::make_unique<BackwardPlan>(ctx.net, ctx.online, ctx.batch.states(), ctx.online_acts, g_, grad());
+  if (ctx.fused)
+    fused_ = std::make_unique<FusedC51>(ctx, g_, grad(), *ctx.fused);
+  else
+    backward_ = std::make_unique<BackwardPlan>(ctx.net, ctx.online, ctx.batch.states(), ctx.online_acts, g_, grad());
 }
 
 void c51_loss(const ExecSpace& exec, const Network& net, const Activations& online, const Activations& target,
@@ -43,6 +46,7 @@ void c51_loss(const ExecSpace& exec, const Network& net, const Activations& onli
 }
 
 void C51Term::enqueue(const ExecSpace& exec, const Gemm& gemm) {
+  if (fused_) return fused_->enqueue(exec);
   c51_loss(exec, ctx_.net, ctx_.online_acts, ctx_.target_acts, ctx_.batch, ctx_.c51, g_);
   backward_->enqueue(exec, gemm, ctx_.side);
 }

@@ -5,6 +5,7 @@
 #pragma once
 #include <memory>
 
+#include "losses/c51_fused.hpp"
 #include "losses/loss_term.hpp"
 #include "nn/network_plan.hpp"
 
@@ -15,14 +16,19 @@ namespace zs {
 void c51_loss(const ExecSpace& exec, const Network& net, const Activations& online, const Activations& target,
               const DeviceBatch& batch, C51Outputs& out, Gradients& g);
 
+// With ctx.fused the term's enqueue() is the whole chain, the forward included, as one fused
+// kernel (FusedC51); otherwise the loss kernel and a BackwardPlan after the trainer's forward.
 class C51Term final : public LossTerm {
  public:
   C51Term(const StepContext& ctx, float budget);
   void enqueue(const ExecSpace& exec, const Gemm& gemm) override;
+  // The fused kernel, nullptr when the term runs launch plans.
+  const FusedC51* fused() const { return fused_.get(); }
  private:
   const StepContext& ctx_;
   Gradients g_;
   std::unique_ptr<BackwardPlan> backward_;
+  std::unique_ptr<FusedC51> fused_;
 };
 
 }  // namespace zs

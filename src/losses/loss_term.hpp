@@ -16,6 +16,7 @@
 #include "core/safetensors.hpp"
 #include "losses/term_buffers.hpp"
 #include "nn/batch.hpp"
+#include "nn/fused_kernel.hpp"
 #include "nn/network.hpp"
 #include "nn/param_buffer.hpp"
 
@@ -50,6 +51,10 @@ struct StepContext {
   // The step's side lane (nullptr: none): a term enqueues its launch plans with it, so that
   // their weight gradients run beside the input gradients. Joined before a plan returns.
   const SideLane* side = nullptr;
+  // The fused step's options when the C51 term runs the forward, its loss and its backward as
+  // one fused kernel (it then writes online_acts and target_acts, which the trainer made for
+  // that forward); nullptr: the trainer's ForwardPlan and the term's launch plans.
+  const FusedOptions* fused = nullptr;
 };
 
 class LossTerm {

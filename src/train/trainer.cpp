@@ -32,9 +32,11 @@ Trainer::Trainer(const Config& config, const TrainerOptions& options)
       acts_target_(config_, options.batch_size),
       buffers_(layout_, 1 + static_cast<int>(enabled_terms(config_).size())),
       c51_(config_, options.batch_size, buffers_.loss(0)),
+      fused_(options.fused_step && fused_supports(config_, options.fused, &fused_off_reason_)),
       ctx_{config_,      layout_, net_, online_,   target_,
            batch_,       acts_online_, acts_target_, c51_, buffers_,
-           options.group ? std::int64_t{options.group->rank()} * options.batch_size : 0, side_.get()},
+           options.group ? std::int64_t{options.group->rank()} * options.batch_size : 0, side_.get(),
+           fused_ ? &options_.fused : nullptr},
       optimizer_(config_, layout_),
       guard_(options.guard),
       unit_scale_("zs::unit_scale"),
@@ -56,11 +58,12 @@ Trainer::Trainer(const Config& config, const TrainerOptions& options)
     spectral_ = std::make_unique<SpectralNorm>(layout_, config_.spectral_norm, config_.seed ^ 0x5eed5eedull);
   if ((options_.group && options_.group->size() > 1) || options_.always_reduce)
     comm_ = make_communicator(options_.group ? *options_.group : ProcessGroup::solo(), stream_);
-  forward_plan_ = std::make_unique<ForwardPlan>(
-      net_, std::vector<ForwardPass>{{&online_, batch_.states(), &acts_online_, 0},
-                                     {&online_, batch_.next_states(), &acts_online_, options.batch_size},
-                                     {&target_, batch_.next_states(), &acts_target_, 0}},
-      options.fused_bias);
+  if (!fused_)  // fused, the C51 term's kernel runs the forward
+    forward_plan_ = std::make_unique<ForwardPlan>(
+        net_, std::vector<ForwardPass>{{&online_, batch_.states(), &acts_online_, 0},
+                                       {&online_, batch_.next_states(), &acts_online_, options.batch_size},
+                                       {&target_, batch_.next_states(), &acts_target_, 0}},
+        options.fused_bias);
   init_params(config_.seed);
 }
 
@@ -117,6 +120,11 @@ void Trainer::enqueue_term(std::size_t i) {
   terms_[i]->enqueue(stream_.exec(), gemm_);
 }
 
+const FusedKernel* Trainer::fused_kernel() const {
+  const auto* c51 = dynamic_cast<const C51Term*>(terms_.front().get());
+  return c51 && c51->fused() ? &c51->fused()->kernel() : nullptr;
+}
+
 void Trainer::enqueue_phase(Phase phase) {
   const ExecSpace& exec = stream_.exec();
   const LossTerm& c51 = *terms_.front();
@@ -127,7 +135,7 @@ void Trainer::enqueue_phase(Phase phase) {
       if (spectral_) spectral_->apply(exec, online_.flat(), guard_.skip_flag());
       break;
     case Phase::forward:
-      forward_plan_->enqueue(exec, gemm_, side_.get());
+      if (forward_plan_) forward_plan_->enqueue(exec, gemm_, side_.get());
       break;
     case Phase::loss_terms:
       for (auto& t : terms_) t->enqueue(exec, gemm_);

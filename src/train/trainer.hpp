@@ -64,6 +64,12 @@ struct TrainerOptions {
   // for its results. CUDA sm_90 only; nothing on the host. Off until the H200 has measured it
   // (BM_StepProgrammatic).
   bool programmatic_launch = false;
+  // The forward, the C51 loss and its backward as one fused kernel (losses/c51_fused.hpp): one
+  // persistent launch with grid barriers between its phases on CUDA, a launch per phase on the
+  // host. Where the config is one it cannot run (fused_supports), the launch plans run instead:
+  // Trainer::fused() says which. Per backend (kFusedStep): off until measured to win.
+  bool fused_step = kFusedStep;
+  FusedOptions fused{};
 };
 
 // One loss term's entry in the metrics record, as the host reads it.
@@ -126,6 +132,12 @@ class Trainer {
   std::size_t graph_nodes() const { return graph_ ? graph_->node_count() : 0; }
   // Edges of that graph made programmatic (TrainerOptions::programmatic_launch).
   std::size_t graph_programmatic_edges() const { return graph_ ? graph_->programmatic_edges() : 0; }
+  // Whether the C51 term runs as one fused kernel (TrainerOptions::fused_step and a config it
+  // supports); when fused_step asked for it but the config is out of its reach, why not.
+  bool fused() const { return fused_; }
+  const std::string& fused_off_reason() const { return fused_off_reason_; }
+  // That kernel (its launches, phases and teams), nullptr when the step runs launch plans.
+  const FusedKernel* fused_kernel() const;
 
   // This process's place in the run: rank r of ranks() (0 of 1 alone).
   int rank() const { return comm_ ? comm_->rank() : 0; }
@@ -215,6 +227,8 @@ class Trainer {
   Activations acts_online_, acts_target_;
   TermBuffers buffers_;  // before the C51 outputs and the terms, whose losses and gradients it holds
   C51Outputs c51_;
+  std::string fused_off_reason_;
+  bool fused_ = false;  // before ctx_, which hands the fused options to the C51 term
   StepContext ctx_;
   std::vector<std::unique_ptr<LossTerm>> terms_;
   Optimizer optimizer_;

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
 
 #include "backends/cuda/check.hpp"
 #include "backends/gemm.hpp"
@@ -86,7 +87,15 @@ void Gemm::operator()(const GemmBatch& g) const {
   // A batched call takes no split-K: a weight gradient (k = the batch, a small m × n output)
   // would then run on a handful of blocks. Long reductions over small outputs and single
   // products go one by one.
-  if (g.count() == 1 || (g.k >= kSplitKBatchRows && g.k >= 2 * std::max(g.m, g.n))) {
+  // cuBLAS cannot see the pointers of a device pointer table: it picks its kernel by the leading
+  // dimensions and assumes every matrix starts on 16 bytes (vector loads), which a row offset into
+  // a matrix of odd width breaks (memcheck: misaligned reads in a cutlass align4 kernel). One by
+  // one, cublasGemmEx checks each pointer itself.
+  auto aligned = [](const float* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; };
+  const bool all_aligned = std::all_of(g.entries.begin(), g.entries.end(), [&](const GemmEntry& e) {
+    return aligned(e.a) && aligned(e.b) && aligned(e.c);
+  });
+  if (g.count() == 1 || !all_aligned || (g.k >= kSplitKBatchRows && g.k >= 2 * std::max(g.m, g.n))) {
     for (const GemmEntry& e : g.entries) (*this)(g.ta, g.tb, g.alpha, g.a_of(e), g.b_of(e), g.beta, g.c_of(e));
     return;
   }

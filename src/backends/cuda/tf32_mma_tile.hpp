@@ -17,20 +17,61 @@ struct WarpTile<Kokkos::Cuda> {
 
   KOKKOS_INLINE_FUNCTION void zero() { c[0] = c[1] = c[2] = c[3] = 0.f; }
 
-  KOKKOS_INLINE_FUNCTION void mma(const float* a, int lda, const float* b, int ldb) {
+  // a(m, k) = a[m·a_rs + k·a_ks], b(n, k) = b[n·b_rs + k·b_ks].
+  KOKKOS_INLINE_FUNCTION void mma(const float* a, int a_rs, int a_ks, const float* b, int b_rs, int b_ks) {
 #ifdef __CUDA_ARCH__
     const int lane = static_cast<int>(threadIdx.x), g = lane >> 2, t = lane & 3;
-    const std::uint32_t a0 = tf32(a[g * lda + t]), a1 = tf32(a[(g + 8) * lda + t]);
-    const std::uint32_t a2 = tf32(a[g * lda + t + 4]), a3 = tf32(a[(g + 8) * lda + t + 4]);
-    const std::uint32_t b0 = tf32(b[g * ldb + t]), b1 = tf32(b[g * ldb + t + 4]);
+    const std::uint32_t a0 = tf32(a[g * a_rs + t * a_ks]), a1 = tf32(a[(g + 8) * a_rs + t * a_ks]);
+    const std::uint32_t a2 = tf32(a[g * a_rs + (t + 4) * a_ks]), a3 = tf32(a[(g + 8) * a_rs + (t + 4) * a_ks]);
+    const std::uint32_t b0 = tf32(b[g * b_rs + t * b_ks]), b1 = tf32(b[g * b_rs + (t + 4) * b_ks]);
     asm volatile(
         "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
         "{%0, %1, %2, %3};\n"
         : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
         : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 #else
-    (void)a, (void)lda, (void)b, (void)ldb;
+    (void)a, (void)a_rs, (void)a_ks, (void)b, (void)b_rs, (void)b_ks;
     Kokkos::abort("WarpTile<Cuda>::mma runs on the device only");
+#endif
+  }
+  KOKKOS_INLINE_FUNCTION void mma(const float* a, int lda, const float* b, int ldb) { mma(a, lda, 1, b, ldb, 1); }
+
+  KOKKOS_INLINE_FUNCTION static int lane() {
+#ifdef __CUDA_ARCH__
+    return static_cast<int>(threadIdx.x);
+#else
+    return 0;
+#endif
+  }
+  // ld.global.cg: L2 only. A multiprocessor's L1 is not kept coherent with other
+  // multiprocessors' stores, and a persistent launch reads what other blocks stored in its
+  // earlier phases.
+  KOKKOS_INLINE_FUNCTION static float load_shared(const float* p) {
+#ifdef __CUDA_ARCH__
+    return __ldcg(p);
+#else
+    return *p;
+#endif
+  }
+
+  // cp.async.cg: 16 bytes, L2 only (as load_shared), zero-filled past src-size.
+  KOKKOS_INLINE_FUNCTION static void copy4_async(float* dst, const float* src, int valid) {
+#ifdef __CUDA_ARCH__
+    const unsigned to = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(to), "l"(src), "r"(valid * 4) : "memory");
+#else
+    (void)dst, (void)src, (void)valid;
+#endif
+  }
+  KOKKOS_INLINE_FUNCTION static void commit_copies() {
+#ifdef __CUDA_ARCH__
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+#endif
+  }
+  template <int N>
+  KOKKOS_INLINE_FUNCTION static void wait_copies() {
+#ifdef __CUDA_ARCH__
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 #endif
   }
 

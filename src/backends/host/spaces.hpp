@@ -13,6 +13,12 @@ inline constexpr int kAtomTeam = 1;
 // The bias added by each core to the rows it has just multiplied lost to the GEMM batch and a
 // bias pass on a 2-core host (BM_StepFusedBias at B = 256: 29.1 against 26.8 ms).
 inline constexpr bool kBiasInProducts = false;
+// The fused step's tiles run on the host's scalar loops, far slower than OpenBLAS: the host
+// keeps the launch plans (TrainerOptions::fused_step), and runs the fused kernel in tests.
+inline constexpr bool kFusedStep = false;
+// OpenMP runs a league's teams on however many threads it has, in turns: a team waiting at a grid
+// barrier could wait for one that never starts, so a phased kernel is one launch per phase.
+inline constexpr bool kCanPersist = false;
 
 KOKKOS_INLINE_FUNCTION void system_fence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
 // Host launches run in order: nothing to wait for.

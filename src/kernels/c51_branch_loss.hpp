@@ -1,0 +1,179 @@
+// The C51 double-DQN loss one (sample, branch) at a time, for the fused step's kernel: a team per
+// (sample, branch) puts the batch's B·K short chains side by side, where c51_loss.hpp's team per
+// sample walks a sample's branches. The same loss (a* by c51_q's key, the target's distribution at
+// a* projected by gathering, cross-entropy against the taken action, the same gradient through the
+// dueling mean); each branch's share of ∂loss/∂value_out stays apart, and finish() adds the
+// branches into the priorities and the batch's loss in a fixed order.
+#pragma once
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+
+#include "backends/backend.hpp"
+#include "kernels/branch_table.hpp"
+#include "kernels/c51_loss.hpp"
+#include "kernels/c51_q.hpp"
+#include "kernels/math.hpp"
+
+namespace zs::kernels {
+
+template <class Exec>
+struct C51BranchLoss {
+  using MS = typename Exec::memory_space;
+  using Member = typename Kokkos::TeamPolicy<Exec>::member_type;
+  Kokkos::View<const float***, Kokkos::LayoutRight, MS> logp_online;  // [2B, A, atoms]: rows s, then s′
+  Kokkos::View<const float***, Kokkos::LayoutRight, MS> logp_target;  // [B, A, atoms] on s′
+  Kokkos::View<const int**, Kokkos::LayoutRight, MS> actions;         // [B, K]
+  Kokkos::View<const float*, MS> rewards, dones, weights;             // [B]
+  Kokkos::View<float***, Kokkos::LayoutRight, MS> projected;          // [B, K, atoms] out
+  Kokkos::View<int**, Kokkos::LayoutRight, MS> best;                  // [B, K] out: a*
+  Kokkos::View<float**, Kokkos::LayoutRight, MS> ce;                  // [B, K] out: CE / K, NaN for a bad action
+  Kokkos::View<float*, MS> priorities;                                // [B] out (finish)
+  Kokkos::View<float, MS> loss;                                       // out (finish)
+  float* d_value_parts = nullptr;  // [K, B, atoms] out: branch k's ∂loss/∂value_out
+  float* d_branch_out = nullptr;   // flat [B·A·atoms] out, BranchTable layout for B rows
+  BranchTable table;
+  Support sup{};
+
+  // Team scratch for a team of `team_size` team threads: each thread's Q terms (double), each
+  // one's a* key, the source positions, probabilities and projected mass, and two partial sums
+  // per thread.
+  static std::size_t scratch_bytes(int team_size, int atoms) {
+    return sizeof(double) * team_size * atoms + sizeof(std::uint64_t) * team_size +
+           sizeof(float) * (3 * atoms + 2 * team_size);
+  }
+
+  // Sample i, branch k, by the whole team. Results are written in a fixed order: the same
+  // inputs give the same bits.
+  KOKKOS_INLINE_FUNCTION void branch(const Member& team, int i, int k, void* scratch) const {
+    const int B = static_cast<int>(rewards.extent(0)), Z = sup.atoms, K = table.branches, T = team.team_size();
+    const int c0 = table.cum(k), n = table.size(k);
+    double* const terms = static_cast<double*>(scratch);
+    std::uint64_t* const keys = reinterpret_cast<std::uint64_t*>(terms + T * Z);
+    float* const pos = reinterpret_cast<float*>(keys + T);
+    float* const prob = pos + Z;
+    float* const m = prob + Z;
+    float* const part = m + Z;  // [2][T]: each thread's share of the cross-entropy, then of the mass
+    const float dz = sup.delta();
+    const bool finite_inputs = is_finite(rewards(i)) && is_finite(dones(i)) && is_finite(weights(i));
+    const int taken = actions(i, k);
+    const bool valid = taken >= 0 && taken < n;  // a bad action poisons the loss
+    const int at = valid ? taken : 0;
+
+    // 1. a*: each team thread takes every T-th action; its lanes form the atoms' Q terms and one
+    // lane adds them in atom order (c51_q's sum, so a* is acting's greedy action).
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, T), [&](const int w) {
+      double* const tw = terms + static_cast<std::size_t>(w) * Z;
+      std::uint64_t key = 0;
+      for (int a = w; a < n; a += T) {
+        Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, Z), [&](const int j) {
+          tw[j] = c51_q_term(logp_online(B + i, c0 + a, j), j, sup.v_min, dz);
+        });
+        std::uint64_t ka = 0;
+        Kokkos::single(
+            Kokkos::PerThread(team),
+            [&](std::uint64_t& out) {
+              double s = 0.0;
+              for (int j = 0; j < Z; ++j) s += tw[j];
+              out = greedy_key(static_cast<float>(s), a);
+            },
+            ka);
+        if (ka > key) key = ka;
+      }
+      Kokkos::single(Kokkos::PerThread(team), [&]() { keys[w] = key; });
+    });
+    team.team_barrier();
+    std::uint64_t best_key = 0;
+    for (int w = 0; w < T; ++w) best_key = keys[w] > best_key ? keys[w] : best_key;
+    const int a_star = greedy_of(best_key);
+
+    // 2. Each source atom's position and probability under the target net at a*.
+    Kokkos::parallel_for(Kokkos::TeamVectorRange(team, Z), [&](const int j) {
+      pos[j] = sup.position(rewards(i), dones(i), j);
+      prob[j] = ::expf(logp_target(i, c0 + a_star, j));
+    });
+    team.team_barrier();
+    // 3. Categorical projection by gathering: target atom j takes p_l·(1 − |b_l − j|) from every
+    // source atom within one atom of it (no atomics).
+    Kokkos::parallel_for(Kokkos::TeamVectorRange(team, Z), [&](const int j) {
+      float mj = 0.f;
+      if (finite_inputs)
+        for (int l = 0; l < Z; ++l) {
+          const float w = 1.f - ::fabsf(pos[l] - static_cast<float>(j));
+          if (w > 0.f) mj += prob[l] * w;
+        }
+      m[j] = mj;
+      projected(i, k, j) = mj;
+    });
+    team.team_barrier();
+    // Cross-entropy against the taken action and the projected mass: each team thread a
+    // contiguous share of the atoms, then the shares in thread order.
+    const int per = (Z + T - 1) / T;
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, T), [&](const int w) {
+      const int j0 = w * per < Z ? w * per : Z, j1 = j0 + per < Z ? j0 + per : Z;
+      float c = 0.f, s = 0.f;
+      Kokkos::parallel_reduce(
+          Kokkos::ThreadVectorRange(team, j1 - j0),
+          [&](const int t, float& acc) { acc -= m[j0 + t] * logp_online(i, c0 + at, j0 + t); }, c);
+      Kokkos::parallel_reduce(
+          Kokkos::ThreadVectorRange(team, j1 - j0), [&](const int t, float& acc) { acc += m[j0 + t]; }, s);
+      Kokkos::single(Kokkos::PerThread(team), [&]() {
+        part[w] = c;
+        part[T + w] = s;
+      });
+    });
+    team.team_barrier();
+    float cross = 0.f, msum = 0.f;
+    for (int w = 0; w < T; ++w) {
+      cross += part[w];
+      msum += part[T + w];
+    }
+    // 4. d(−Σ m log softmax)/d logit_j = softmax_j·Σm − m_j for the taken action; the dueling
+    // mean spreads it over the branch's actions, and the value stream gets it whole.
+    const float coef = weights(i) / static_cast<float>(B * K);
+    Kokkos::parallel_for(Kokkos::TeamVectorRange(team, Z), [&](const int j) {
+      const float dq = valid ? coef * (::expf(logp_online(i, c0 + taken, j)) * msum - m[j]) : NAN;
+      d_value_parts[(static_cast<std::size_t>(k) * B + i) * Z + j] = dq;
+      float* const d_out = d_branch_out + table.index(B, Z, k, i, 0, j);
+      for (int a = 0; a < n; ++a) d_out[a * Z] = dq * ((a == taken ? 1.f : 0.f) - 1.f / static_cast<float>(n));
+    });
+    Kokkos::single(Kokkos::PerTeam(team), [&]() {
+      ce(i, k) = valid ? cross / static_cast<float>(K) : NAN;
+      best(i, k) = a_star;
+    });
+    team.team_barrier();
+  }
+
+  // Every sample's priority (its loss over the branches, NaN for a non-finite reward, done or
+  // weight) and the batch's weighted mean loss, by one team; scratch as for branch().
+  KOKKOS_INLINE_FUNCTION void finish(const Member& team, void* scratch) const {
+    const int B = static_cast<int>(rewards.extent(0)), K = table.branches, T = team.team_size();
+    float* const part = static_cast<float*>(scratch);
+    const int per = (B + T - 1) / T;
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, T), [&](const int w) {
+      const int i0 = w * per < B ? w * per : B, i1 = i0 + per < B ? i0 + per : B;
+      float s = 0.f;
+      Kokkos::parallel_reduce(
+          Kokkos::ThreadVectorRange(team, i1 - i0),
+          [&](const int t, float& acc) {
+            const int i = i0 + t;
+            const bool finite_inputs = is_finite(rewards(i)) && is_finite(dones(i)) && is_finite(weights(i));
+            float L = finite_inputs ? 0.f : NAN;
+            for (int k = 0; k < K; ++k) L += ce(i, k);
+            priorities(i) = L;
+            acc += weights(i) * L / static_cast<float>(B);
+          },
+          s);
+      Kokkos::single(Kokkos::PerThread(team), [&]() { part[w] = s; });
+    });
+    team.team_barrier();
+    Kokkos::single(Kokkos::PerTeam(team), [&]() {
+      float total = 0.f;
+      for (int w = 0; w < T; ++w) total += part[w];
+      loss() = total;
+    });
+    team.team_barrier();
+  }
+};
+
+}  // namespace zs::kernels

@@ -1,0 +1,66 @@
+// The fused step as data: phases of tiles, each tile one of a few kinds (a tile of a matrix
+// product, a tile of rows of the dueling head, one (sample, branch) of the C51 loss, or the
+// loss's totals), run by phased_launch (backends/phased_launch.hpp) as one persistent launch or
+// a launch per phase. nn/fused_step.hpp builds the tables once; nothing is decided per step.
+#pragma once
+#include "backends/backend.hpp"
+#include "kernels/c51_branch_loss.hpp"
+#include "kernels/c51_head.hpp"
+#include "kernels/tile_product.hpp"
+
+namespace zs::kernels {
+
+enum class FusedTileKind : int { product = 0, dueling = 1, c51_branch = 2, c51_finish = 3 };
+
+// A run of consecutive tiles of one phase: tiles [tile0, tile0 + tiles) are `kind`'s, `job` the
+// product's entry in the job table.
+struct FusedItem {
+  int kind = 0, job = 0, tile0 = 0, tiles = 0;
+};
+
+inline constexpr int kFusedMaxPhases = 24;
+
+template <class Exec>
+struct FusedProgram {
+  using MS = typename Exec::memory_space;
+  using Member = typename Kokkos::TeamPolicy<Exec>::member_type;
+  Kokkos::View<const ProductJob*, MS> jobs;
+  Kokkos::View<const ProductSegment*, MS> segments;
+  Kokkos::View<const FusedItem*, MS> items;
+  int n_phases = 0;
+  int phase_item[kFusedMaxPhases + 1] = {};  // phase p's items: [phase_item[p], phase_item[p + 1])
+  int phase_tiles[kFusedMaxPhases] = {};
+  DuelingTiles<Exec, DuelingTable<MS>> dueling;
+  C51BranchLoss<Exec> c51;
+
+  KOKKOS_INLINE_FUNCTION int phases() const { return n_phases; }
+  KOKKOS_INLINE_FUNCTION int tiles(int p) const { return phase_tiles[p]; }
+
+  KOKKOS_INLINE_FUNCTION void tile(const Member& team, int p, int t, void* scratch) const {
+    int it = phase_item[p];
+    while (it + 1 < phase_item[p + 1] && items(it + 1).tile0 <= t) ++it;
+    const FusedItem x = items(it);
+    const int local = t - x.tile0;
+    switch (static_cast<FusedTileKind>(x.kind)) {
+      case FusedTileKind::product: {
+        const ProductJob job = jobs(x.job);
+        TileProduct<Exec>::run(team, static_cast<float*>(scratch), job, segments.data(), local / job.tiles_n,
+                               local % job.tiles_n);
+        break;
+      }
+      case FusedTileKind::dueling:
+        dueling.run(team, local, static_cast<float*>(scratch));
+        break;
+      case FusedTileKind::c51_branch:
+        c51.branch(team, local / c51.table.branches, local % c51.table.branches, scratch);
+        break;
+      case FusedTileKind::c51_finish:
+        c51.finish(team, scratch);
+        break;
+    }
+    // The next tile this team runs may overwrite the scratch this one read.
+    team.team_barrier();
+  }
+};
+
+}  // namespace zs::kernels

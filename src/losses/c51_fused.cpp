@@ -1,0 +1,165 @@
+#include "losses/c51_fused.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+
+#include "core/error.hpp"
+
+namespace zs {
+
+namespace {
+
+using kernels::ProductJob;
+using kernels::ProductOperand;
+using kernels::ProductSegment;
+
+// Operands by how their rows lie in memory: rows of `ld` floats (k-contiguous), or the
+// transpose of such a matrix (element (row, k) at p[k·ld + row]).
+ProductOperand rows_of(const float* p, int ld) { return {p, ld, 1}; }
+ProductOperand columns_of(const float* p, int ld) { return {p, 1, ld}; }
+
+}  // namespace
+
+FusedC51::FusedC51(const StepContext& ctx, Gradients& g, const ParamBuffer& grad, const FusedOptions& options) {
+  const Config& c = ctx.config;
+  const Network& net = ctx.net;
+  const int B = ctx.batch.size, T = static_cast<int>(c.trunk.size()), K = static_cast<int>(c.branches.size());
+  const int F = c.trunk.back(), H = c.head_hidden, Z = c.atoms, heads = 1 + K;
+  require(g.rows == B && ctx.online_acts.rows == 2 * B && ctx.target_acts.rows == B, "FusedC51: gradient rows ",
+          g.rows, ", activation rows ", ctx.online_acts.rows, " and ", ctx.target_acts.rows, "; expected ", B, ", ",
+          2 * B, " and ", B);
+  d_value_parts_ = DeviceFloats("zs::fused::d_value_parts", static_cast<std::size_t>(K) * B * Z);
+  dz_hidden_ = DeviceFloats("zs::fused::dz_hidden", static_cast<std::size_t>(heads) * B * H);
+  ce_ = Kokkos::View<float**, Kokkos::LayoutRight, MemSpace>("zs::fused::ce", B, K);
+
+  FusedBuilder b;
+  FusedProgramOnDevice program;
+  Activations& online = const_cast<Activations&>(ctx.online_acts);
+  Activations& target = const_cast<Activations&>(ctx.target_acts);
+  program.dueling = add_forward_phases(b, net,
+                                       {{&ctx.online, ctx.batch.states(), &online, 0},
+                                        {&ctx.online, ctx.batch.next_states(), &online, B},
+                                        {&ctx.target, ctx.batch.next_states(), &target, 0}},
+                                       options);
+
+  kernels::C51BranchLoss<ExecSpace>& L = program.c51;
+  L.logp_online = ctx.online_acts.logp;
+  L.logp_target = ctx.target_acts.logp;
+  L.actions = ctx.batch.actions;
+  L.rewards = ctx.batch.rewards;
+  L.dones = ctx.batch.dones;
+  L.weights = ctx.batch.weights;
+  L.projected = ctx.c51.projected;
+  L.best = ctx.c51.best;
+  L.ce = ce_;
+  L.priorities = ctx.c51.priorities;
+  L.loss = ctx.c51.loss;
+  L.d_value_parts = d_value_parts_.data();
+  L.d_branch_out = g.d_branch_out.data();
+  L.table = net.table();
+  L.sup = kernels::Support{c.v_min, c.v_max, static_cast<float>(std::pow(double(c.gamma), c.n_step)), Z};
+  b.phase();
+  b.tiles(kernels::FusedTileKind::c51_branch, B * K);
+
+  // Backward, the online net on s (the first B rows of its activations). Each phase's input
+  // gradient feeds the next; each layer's weight gradient (and its bias's, the row sums of the
+  // same operand) shares the phase of the layer below's input gradient.
+  const HeadSet set = net.main_heads();
+  auto layer_of = [&](int h) { return h == 0 ? set.value0 : set.branch0 + 2 * (h - 1); };
+  auto hidden_of = [&](int h) { return h == 0 ? online.value_hidden.data() : online.branch_hidden[h - 1].data(); };
+  auto dz_hidden_of = [&](int h) { return dz_hidden_.data() + static_cast<std::size_t>(h) * B * H; };
+  // ∂loss/∂(head h's output layer) as A-operand segments: the value stream's is the sum of every
+  // branch's share.
+  auto d_out_segments = [&](int h, bool transposed, const ProductOperand& other, int k_of_rows) {
+    std::vector<ProductSegment> s;
+    if (h == 0) {
+      for (int k = 0; k < K; ++k) {
+        const float* p = d_value_parts_.data() + static_cast<std::size_t>(k) * B * Z;
+        s.push_back({transposed ? columns_of(p, Z) : rows_of(p, Z), other, transposed ? k_of_rows : Z});
+      }
+    } else {
+      const int w = c.branches[h - 1] * Z;
+      const float* p = g.d_branch_out.data() + net.table().block(B, Z, h - 1);
+      s.push_back({transposed ? columns_of(p, w) : rows_of(p, w), other, transposed ? k_of_rows : w});
+    }
+    return s;
+  };
+
+  b.phase();
+  for (int h = 0; h < heads; ++h) {
+    const int out = layer_of(h) + 1, width = h == 0 ? Z : c.branches[h - 1] * Z;
+    // d_hidden = d_out · W_out, masked by the hidden ReLU.
+    ProductJob dx;
+    dx.m = B;
+    dx.n = H;
+    dx.out = dz_hidden_of(h);
+    dx.out_ld = H;
+    dx.mask = hidden_of(h);
+    dx.mask_ld = H;
+    b.product(dx, d_out_segments(h, false, columns_of(ctx.online.weight(out).data(), H), 0));
+    // dW_out = d_outᵀ · hidden, db_out = Σ_rows d_out.
+    ProductJob dw;
+    dw.m = width;
+    dw.n = H;
+    dw.out = grad.weight(out).data();
+    dw.out_ld = H;
+    dw.row_sums = grad.bias(out).data();
+    b.product(dw, d_out_segments(h, true, columns_of(hidden_of(h), H), B));
+  }
+  b.tiles(kernels::FusedTileKind::c51_finish, 1);
+
+  b.phase();
+  {
+    // ∂loss/∂features = Σ_heads dz_hidden · W_hidden, masked by the last trunk layer's ReLU.
+    ProductJob dx;
+    dx.m = B;
+    dx.n = F;
+    dx.out = g.d_trunk[T - 1].data();
+    dx.out_ld = F;
+    dx.mask = online.trunk[T - 1].data();
+    dx.mask_ld = F;
+    std::vector<ProductSegment> s;
+    for (int h = 0; h < heads; ++h)
+      s.push_back({rows_of(dz_hidden_of(h), H), columns_of(ctx.online.weight(layer_of(h)).data(), F), H});
+    b.product(dx, s);
+    for (int h = 0; h < heads; ++h) {
+      ProductJob dw;
+      dw.m = H;
+      dw.n = F;
+      dw.out = grad.weight(layer_of(h)).data();
+      dw.out_ld = F;
+      dw.row_sums = grad.bias(layer_of(h)).data();
+      b.product(dw, {{columns_of(dz_hidden_of(h), H), columns_of(online.trunk[T - 1].data(), F), B}});
+    }
+  }
+  for (int i = T - 1; i >= 0; --i) {
+    b.phase();
+    const int out = c.trunk[i], in = i == 0 ? c.state_dim : c.trunk[i - 1];
+    const float* x = i == 0 ? ctx.batch.states().data() : online.trunk[i - 1].data();
+    if (i > 0) {
+      ProductJob dx;
+      dx.m = B;
+      dx.n = in;
+      dx.out = g.d_trunk[i - 1].data();
+      dx.out_ld = in;
+      dx.mask = online.trunk[i - 1].data();
+      dx.mask_ld = in;
+      b.product(dx, {{rows_of(g.d_trunk[i].data(), out), columns_of(ctx.online.weight(i).data(), in), out}});
+    }
+    ProductJob dw;
+    dw.m = out;
+    dw.n = in;
+    dw.out = grad.weight(i).data();
+    dw.out_ld = in;
+    dw.row_sums = grad.bias(i).data();
+    b.product(dw, {{columns_of(g.d_trunk[i].data(), out), columns_of(x, in), B}});
+  }
+
+  const std::size_t scratch =
+      std::max(forward_scratch_bytes(net, options),
+               kernels::C51BranchLoss<ExecSpace>::scratch_bytes(kernels::TileProduct<ExecSpace>::kTeamSize, Z));
+  kernel_ = b.build(program, scratch, options);
+}
+
+}  // namespace zs

@@ -1,0 +1,29 @@
+// The C51 term's whole chain as one fused kernel (nn/fused_kernel.hpp): the forward of the online
+// net on s and s′ and of the target net on s′, the loss a tile per (sample, branch), and the
+// backward through the heads and the trunk into the term's gradient, weight gradients beside the
+// input gradients of the layer below. What the launch plans and c51_loss enqueue as ~30
+// launches is one persistent launch on CUDA.
+#pragma once
+#include <vector>
+
+#include "losses/loss_term.hpp"
+#include "nn/fused_forward.hpp"
+
+namespace zs {
+
+class FusedC51 {
+ public:
+  // Reads and writes what the plans would: ctx's activations, ctx.c51 (loss, priorities,
+  // projected, a*), g's output and trunk gradients, and every main-network tensor of `grad`.
+  FusedC51(const StepContext& ctx, Gradients& g, const ParamBuffer& grad, const FusedOptions& options);
+  void enqueue(const ExecSpace& exec) const { kernel_.enqueue(exec); }
+  const FusedKernel& kernel() const { return kernel_; }
+
+ private:
+  DeviceFloats d_value_parts_;  // [K][B][atoms]: each branch's share of ∂loss/∂value_out
+  DeviceFloats dz_hidden_;      // [1 + K][B][head_hidden]: each head's gradient below its ReLU
+  Kokkos::View<float**, Kokkos::LayoutRight, MemSpace> ce_;  // [B, K]
+  FusedKernel kernel_;
+};
+
+}  // namespace zs

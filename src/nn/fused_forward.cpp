@@ -1,0 +1,157 @@
+#include "nn/fused_forward.hpp"
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "backends/host_copy.hpp"
+#include "core/error.hpp"
+
+namespace zs {
+
+namespace {
+
+using kernels::ProductJob;
+using kernels::ProductSegment;
+
+// Passes that one product covers: the same parameters and activations, adjacent rows, and (for
+// the first layer) adjacent input rows.
+struct Run {
+  const ParamBuffer* params;
+  const float* input;
+  Activations* acts;
+  int row0, rows;
+};
+
+std::vector<Run> runs_of(const std::vector<ForwardPass>& passes, int state_dim) {
+  std::vector<Run> runs;
+  for (const ForwardPass& x : passes) {
+    const int R = static_cast<int>(x.input.extent(0));
+    if (!runs.empty()) {
+      Run& r = runs.back();
+      if (x.params == r.params && x.acts == r.acts && x.row0 == r.row0 + r.rows &&
+          x.input.data() == r.input + static_cast<std::size_t>(r.rows) * state_dim) {
+        r.rows += R;
+        continue;
+      }
+    }
+    runs.push_back({x.params, x.input.data(), x.acts, x.row0, R});
+  }
+  return runs;
+}
+
+// A k-contiguous operand: rows of `ld` floats.
+kernels::ProductOperand rows_of(const float* p, int ld) { return {p, ld, 1}; }
+
+}  // namespace
+
+std::size_t forward_scratch_bytes(const Network& net, const FusedOptions& options) {
+  return sizeof(float) * options.dueling_rows * kernels::dueling_row_floats(net.table(), net.config().atoms);
+}
+
+kernels::DuelingTiles<ExecSpace, kernels::DuelingTable<MemSpace>> add_forward_phases(
+    FusedBuilder& b, const Network& net, const std::vector<ForwardPass>& passes, const FusedOptions& options) {
+  const Config& c = net.config();
+  std::string why;
+  require(fused_supports(c, options, &why), "fused forward: ", why);
+  require(!passes.empty(), "fused forward: 0 passes given; expected at least 1");
+  const int R = static_cast<int>(passes[0].input.extent(0)), T = static_cast<int>(c.trunk.size());
+  const int F = c.trunk.back(), H = c.head_hidden, Z = c.atoms;
+  for (std::size_t p = 0; p < passes.size(); ++p) {
+    const ForwardPass& x = passes[p];
+    require(x.params != nullptr && x.acts != nullptr, "fused forward: pass ", p, " has no parameters or activations");
+    require(static_cast<int>(x.input.extent(0)) == R && static_cast<int>(x.input.extent(1)) == c.state_dim,
+            "fused forward: pass ", p, " input is [", x.input.extent(0), ", ", x.input.extent(1), "]; expected [", R,
+            ", ", c.state_dim, "]");
+    require(x.row0 >= 0 && x.row0 + R <= x.acts->rows, "fused forward: pass ", p, " writes rows ", x.row0, "..",
+            x.row0 + R, " of activations with ", x.acts->rows, " rows");
+  }
+  require(R >= 1, "fused forward: passes of 0 rows; expected at least 1");
+  const std::vector<Run> runs = runs_of(passes, c.state_dim);
+  auto at = [](const DeviceFloats& f, int row0, int cols) { return f.data() + static_cast<std::size_t>(row0) * cols; };
+
+  for (int i = 0; i < T; ++i) {
+    b.phase();
+    const int in = i == 0 ? c.state_dim : c.trunk[i - 1], out = c.trunk[i];
+    for (const Run& r : runs) {
+      ProductJob j;
+      j.m = r.rows;
+      j.n = out;
+      j.out = at(r.acts->trunk[i], r.row0, out);
+      j.out_ld = out;
+      j.bias = r.params->bias(i).data();
+      j.relu = 1;
+      const float* x = i == 0 ? r.input : at(r.acts->trunk[i - 1], r.row0, in);
+      b.product(j, {{rows_of(x, in), rows_of(r.params->weight(i).data(), in), in}});
+    }
+  }
+  // The heads: the value stream, then each branch; each a hidden layer on the features and an
+  // output layer on that.
+  const HeadSet set = net.main_heads();
+  const int K = static_cast<int>(c.branches.size());
+  auto hidden_of = [&](const Run& r, int h) {
+    return at(h == 0 ? r.acts->value_hidden : r.acts->branch_hidden[h - 1], r.row0, H);
+  };
+  auto layer_of = [&](int h) { return h == 0 ? set.value0 : set.branch0 + 2 * (h - 1); };
+  b.phase();
+  for (const Run& r : runs)
+    for (int h = 0; h <= K; ++h) {
+      ProductJob j;
+      j.m = r.rows;
+      j.n = H;
+      j.out = hidden_of(r, h);
+      j.out_ld = H;
+      j.bias = r.params->bias(layer_of(h)).data();
+      j.relu = 1;
+      b.product(j, {{rows_of(at(r.acts->trunk[T - 1], r.row0, F), F), rows_of(r.params->weight(layer_of(h)).data(), F), F}});
+    }
+  b.phase();
+  for (const Run& r : runs)
+    for (int h = 0; h <= K; ++h) {
+      const int width = h == 0 ? Z : c.branches[h - 1] * Z;
+      ProductJob j;
+      j.m = r.rows;
+      j.n = width;
+      j.out = h == 0 ? at(r.acts->value_out, r.row0, Z)
+                     : r.acts->branch_out.data() + net.table().block(r.acts->rows, Z, h - 1) +
+                           static_cast<std::size_t>(r.row0) * width;
+      j.out_ld = width;
+      j.bias = r.params->bias(layer_of(h) + 1).data();
+      b.product(j, {{rows_of(hidden_of(r, h), H), rows_of(r.params->weight(layer_of(h) + 1).data(), H), H}});
+    }
+  // The dueling head and log-softmax of every run, its outputs already biased.
+  std::vector<kernels::DuelingEntry> entries;
+  int tiles = 0;
+  for (const Run& r : runs) {
+    kernels::DuelingEntry e;
+    e.value = r.acts->value_out.data();
+    e.branch_out = r.acts->branch_out.data();
+    e.logp = r.acts->logp.data();
+    e.total_rows = r.acts->rows;
+    e.row0 = r.row0;
+    e.rows = r.rows;
+    entries.push_back(e);
+  }
+  int max_rows = 0;
+  for (const Run& r : runs) max_rows = r.rows > max_rows ? r.rows : max_rows;
+  kernels::DuelingTiles<ExecSpace, kernels::DuelingTable<MemSpace>> d;
+  d.entries = {device_table<MemSpace>("zs::fused::dueling", entries),
+               device_table<MemSpace>("zs::fused::dueling_biases", std::vector<std::uintptr_t>(1, 0))};
+  d.table = net.table();
+  d.atoms = Z;
+  d.tile_rows = options.dueling_rows;
+  d.tiles_per_entry = (max_rows + options.dueling_rows - 1) / options.dueling_rows;
+  tiles = static_cast<int>(entries.size()) * d.tiles_per_entry;
+  b.phase();
+  b.tiles(kernels::FusedTileKind::dueling, tiles);
+  return d;
+}
+
+FusedForward::FusedForward(const Network& net, const std::vector<ForwardPass>& passes, const FusedOptions& options) {
+  FusedBuilder b;
+  FusedProgramOnDevice program;
+  program.dueling = add_forward_phases(b, net, passes, options);
+  kernel_ = b.build(program, forward_scratch_bytes(net, options), options);
+}
+
+}  // namespace zs

@@ -1,0 +1,34 @@
+// The forward of the C51 network as phases of one fused kernel: every trunk layer of every
+// pass, then the heads' hidden layers, their output layers (biases added) and the dueling head
+// with its log-softmax. It writes what ForwardPlan writes (value_out and branch_out with their
+// biases, which ForwardPlan leaves to the dueling kernel), so everything that reads the
+// activations reads them the same way.
+#pragma once
+#include <cstddef>
+#include <vector>
+
+#include "nn/fused_kernel.hpp"
+#include "nn/network_plan.hpp"
+
+namespace zs {
+
+// Appends the forward's phases for `passes` (all of the same row count; adjacent passes of one
+// parameter buffer into adjacent rows of one Activations, reading adjacent input rows, share
+// their products) and returns the dueling head the last phase runs.
+kernels::DuelingTiles<ExecSpace, kernels::DuelingTable<MemSpace>> add_forward_phases(
+    FusedBuilder& b, const Network& net, const std::vector<ForwardPass>& passes, const FusedOptions& options);
+
+// The team scratch of the forward's phases.
+std::size_t forward_scratch_bytes(const Network& net, const FusedOptions& options);
+
+class FusedForward {
+ public:
+  FusedForward(const Network& net, const std::vector<ForwardPass>& passes, const FusedOptions& options = {});
+  void enqueue(const ExecSpace& exec) const { kernel_.enqueue(exec); }
+  const FusedKernel& kernel() const { return kernel_; }
+
+ private:
+  FusedKernel kernel_;
+};
+
+}  // namespace zs

@@ -1,0 +1,129 @@
+#include "nn/fused_kernel.hpp"
+
+#include <algorithm>
+#include <cstdint>
+
+#include "backends/host_copy.hpp"
+#include "backends/warp_tile.hpp"
+#include "core/error.hpp"
+
+namespace zs {
+
+namespace {
+using Product = kernels::TileProduct<ExecSpace>;
+}
+
+int stages_four_at_a_time(const kernels::ProductOperand& o) {
+  const std::int64_t other = o.k_stride == 1 ? o.row_stride : o.k_stride;
+  return reinterpret_cast<std::uintptr_t>(o.ptr) % 16 == 0 && other % 4 == 0 ? 1 : 0;
+}
+
+bool fused_supports(const Config& c, const FusedOptions& o, std::string* reason) {
+  auto no = [&](const std::string& why) {
+    if (reason) *reason = why;
+    return false;
+  };
+  const int T = static_cast<int>(c.trunk.size());
+  // The C51 step's phases: T trunk layers, the heads' two layers and the dueling head forward;
+  // the loss; the output layers, the hidden layers, T − 1 trunk layers and the first layer's
+  // weights backward.
+  if (2 * T + 6 > kernels::kFusedMaxPhases)
+    return no(str("the fused step takes at most ", (kernels::kFusedMaxPhases - 6) / 2, " trunk layers; the config has ",
+                  T));
+  if (WarpTile<ExecSpace>::kRoundsToTf32 && c.precision != Precision::tf32)
+    return no(str("the fused step's products round to TF32 on this backend; the config asks for ",
+                  to_string(c.precision)));
+  const kernels::BranchTable table = kernels::BranchTable::of(c.branches);
+  const int fit = kernels::dueling_tile_fit(table, c.atoms);
+  if (o.dueling_rows < 1 || o.dueling_rows > fit)
+    return no(str("dueling_rows = ", o.dueling_rows, "; expected 1 to ", fit, " (rows of ", table.actions,
+                  " actions × ", c.atoms, " atoms that fit in team scratch)"));
+  const std::size_t loss =
+      kernels::C51BranchLoss<ExecSpace>::scratch_bytes(Product::kTeamSize, c.atoms);
+  if (loss > kFusedScratchBudget)
+    return no(str("the C51 loss of ", c.atoms, " atoms needs ", loss, " bytes of team scratch; the budget is ",
+                  kFusedScratchBudget));
+  if (o.teams_per_sm < 1)
+    return no(str("teams_per_sm = ", o.teams_per_sm, "; expected at least 1"));
+  return true;
+}
+
+void FusedBuilder::phase() {
+  require(static_cast<int>(phase_tiles_.size()) < kernels::kFusedMaxPhases, "FusedBuilder: more than ",
+          kernels::kFusedMaxPhases, " phases");
+  phase_item_.push_back(static_cast<int>(items_.size()));
+  phase_tiles_.push_back(0);
+}
+
+void FusedBuilder::tiles(kernels::FusedTileKind kind, int count) {
+  require(!phase_tiles_.empty(), "FusedBuilder: tiles added before the first phase()");
+  require(count >= 0, "FusedBuilder: ", count, " tiles; expected at least 0");
+  if (count == 0) return;
+  items_.push_back({static_cast<int>(kind), 0, phase_tiles_.back(), count});
+  phase_tiles_.back() += count;
+}
+
+void FusedBuilder::product(kernels::ProductJob job, const std::vector<kernels::ProductSegment>& segments) {
+  require(job.m >= 1 && job.n >= 1 && job.out != nullptr && !segments.empty(), "FusedBuilder: a product of [",
+          job.m, ", ", job.n, "] with ", segments.size(), " segments; expected at least 1 × 1, an output and a segment");
+  for (const auto& s : segments) {
+    const bool a = s.a.ptr && (s.a.row_stride == 1 || s.a.k_stride == 1);
+    const bool b = s.b.ptr && (s.b.row_stride == 1 || s.b.k_stride == 1);
+    require(a && b && s.k >= 0, "FusedBuilder: a product segment with an operand that is neither k- nor "
+            "row-contiguous (strides ", s.a.row_stride, "/", s.a.k_stride, ", ", s.b.row_stride, "/", s.b.k_stride, ")");
+  }
+  job.seg0 = static_cast<int>(segments_.size());
+  job.segs = static_cast<int>(segments.size());
+  for (kernels::ProductSegment s : segments) {
+    s.a.vec = stages_four_at_a_time(s.a);
+    s.b.vec = stages_four_at_a_time(s.b);
+    segments_.push_back(s);
+  }
+  const int count = Product::tiles(job.m, job.n, job.tiles_m, job.tiles_n);
+  jobs_.push_back(job);
+  tiles(kernels::FusedTileKind::product, count);
+  items_.back().job = static_cast<int>(jobs_.size()) - 1;
+}
+
+FusedKernel FusedBuilder::build(FusedProgramOnDevice program, std::size_t scratch_bytes,
+                                const FusedOptions& options) const {
+  require(!phase_tiles_.empty(), "FusedBuilder: no phases");
+  require(scratch_bytes <= kFusedScratchBudget, "FusedBuilder: ", scratch_bytes,
+          " bytes of team scratch; the budget is ", kFusedScratchBudget);
+  using MS = ExecSpace::memory_space;
+  // Kokkos refuses empty tables' device copies no more than full ones; one dummy entry keeps a
+  // table that has no entry a valid pointer.
+  auto jobs = jobs_.empty() ? std::vector<kernels::ProductJob>(1) : jobs_;
+  auto segments = segments_.empty() ? std::vector<kernels::ProductSegment>(1) : segments_;
+  program.jobs = device_table<MS>("zs::fused::jobs", jobs);
+  program.segments = device_table<MS>("zs::fused::segments", segments);
+  program.items = device_table<MS>("zs::fused::items", items_);
+  program.n_phases = phases();
+  for (int p = 0; p < phases(); ++p) {
+    program.phase_item[p] = phase_item_[p];
+    program.phase_tiles[p] = phase_tiles_[p];
+  }
+  program.phase_item[phases()] = static_cast<int>(items_.size());
+  FusedKernel k;
+  k.program_ = program;
+  k.shape_ = {Product::kTeamSize, WarpTile<ExecSpace>::kVectorLength, std::max(scratch_bytes, Product::kScratchBytes)};
+  k.mode_ = kCanPersist ? options.mode : PhasedMode::launches;
+  if (k.mode_ == PhasedMode::persistent) {
+    const int widest = *std::max_element(phase_tiles_.begin(), phase_tiles_.end());
+    k.teams_ = std::max(1, std::min(persistent_grid_teams(options.teams_per_sm), widest));
+  }
+  return k;
+}
+
+void FusedKernel::enqueue(const ExecSpace& exec) const {
+  phased_launch(exec, "zs::fused_step", program_, shape_, mode_, teams_, barrier_);
+}
+
+int FusedKernel::launches() const {
+  if (mode_ == PhasedMode::persistent) return 1;
+  int n = 0;
+  for (int p = 0; p < program_.n_phases; ++p) n += program_.phase_tiles[p] > 0 ? 1 : 0;
+  return n;
+}
+
+}  // namespace zs

@@ -1,0 +1,83 @@
+// A fused kernel of the step: its phases (kernels/fused_program.hpp) assembled once on the host
+// by a FusedBuilder, its tables put on the device, and its launch (backends/phased_launch.hpp):
+// on CUDA one persistent launch with grid barriers between the phases, or a launch per phase.
+#pragma once
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "backends/grid_barrier.hpp"
+#include "backends/phased_launch.hpp"
+#include "core/config.hpp"
+#include "kernels/fused_program.hpp"
+
+namespace zs {
+
+struct FusedOptions {
+  // Persistent: one launch whose teams take every phase's tiles in turn; launches: one launch per
+  // phase. Where the backend cannot keep a league resident (the host), always launches.
+  PhasedMode mode = PhasedMode::persistent;
+  // Teams of a persistent launch on each multiprocessor (each team is 4 warps and at most 46 KiB
+  // of scratch, so 2 always fit). Fewer when the widest phase has fewer tiles.
+  int teams_per_sm = 2;
+  // Rows of the dueling head per tile (1 to what fits the scratch budget).
+  int dueling_rows = 1;
+};
+
+using FusedProgramOnDevice = kernels::FusedProgram<ExecSpace>;
+
+// The team scratch a fused kernel may use, as the dueling head and the C51 loss count it:
+// within what a CUDA block gets without opting in to more, less Kokkos' own.
+inline constexpr std::size_t kFusedScratchBudget = 46 * 1024;
+
+// Whether a fused kernel can run `c`'s network and loss; when not, why, in `reason`.
+bool fused_supports(const Config& c, const FusedOptions& options, std::string* reason = nullptr);
+
+// 1 when four consecutive floats of o's contiguous direction are always one 16-byte copy (o
+// starts on 16 bytes, its other stride a multiple of 4): FusedBuilder::product sets
+// ProductOperand::vec by it.
+int stages_four_at_a_time(const kernels::ProductOperand& o);
+
+class FusedKernel;
+
+// Phases of tiles, in order; each add_* appends tiles to the current phase.
+class FusedBuilder {
+ public:
+  void phase();
+  // One product job (its m, n, epilogue; seg0/segs/tiles are set here) over `segments`.
+  void product(kernels::ProductJob job, const std::vector<kernels::ProductSegment>& segments);
+  void tiles(kernels::FusedTileKind kind, int count);
+  int phases() const { return static_cast<int>(phase_tiles_.size()); }
+  // The kernel of everything added, with `program`'s dueling and C51 parts (tables are set here).
+  FusedKernel build(FusedProgramOnDevice program, std::size_t scratch_bytes, const FusedOptions& options) const;
+
+ private:
+  std::vector<kernels::ProductJob> jobs_;
+  std::vector<kernels::ProductSegment> segments_;
+  std::vector<kernels::FusedItem> items_;
+  std::vector<int> phase_item_, phase_tiles_;
+};
+
+class FusedKernel {
+ public:
+  FusedKernel() = default;
+  // Enqueues every phase on `exec`: no allocation, no sync. Two launches of one kernel must not
+  // run side by side (they share the grid barrier): on one stream they never do.
+  void enqueue(const ExecSpace& exec) const;
+  int phases() const { return program_.n_phases; }
+  int tiles(int phase) const { return program_.phase_tiles[phase]; }
+  // The persistent launch's teams; 0 when the phases are separate launches.
+  int teams() const { return teams_; }
+  int launches() const;  // per enqueue()
+  std::size_t scratch_bytes() const { return shape_.scratch_bytes; }
+
+ private:
+  friend class FusedBuilder;
+  FusedProgramOnDevice program_;
+  PhasedShape shape_;
+  PhasedMode mode_ = PhasedMode::launches;
+  int teams_ = 0;
+  GridBarrierState barrier_;
+};
+
+}  // namespace zs

@@ -1,0 +1,370 @@
+// The fused step: FusedForward (nn/fused_forward.hpp) against Network's per-layer forward, and
+// the C51 term as one fused kernel (losses/c51_fused.hpp) against the launch plans and, through
+// finite differences, the double reference; persistent (one launch, grid barriers: CUDA) and a launch per
+// phase alike, graph replay equal to direct launch, a NaN batch that changes nothing, the
+// auxiliaries on top of it, and configs out of its reach falling back to the plans.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "backends/gemm.hpp"
+#include "backends/graph.hpp"
+#include "backends/warp_tile.hpp"
+#include "fd_check.hpp"
+#include "losses/c51.hpp"
+#include "network_reference.hpp"
+#include "nn/fused_forward.hpp"
+#include "same_batches.hpp"
+#include "test_util.hpp"
+#include "train/trainer.hpp"
+
+namespace {
+
+using zs::test::random_normal;
+using zs::test::to_host;
+
+constexpr bool kTf32 = zs::WarpTile<zs::ExecSpace>::kRoundsToTf32;
+
+// Largest |a − b| over the largest |b|.
+double max_rel(const std::vector<float>& a, const std::vector<float>& b) {
+  double num = 0, den = 1e-30;
+  for (std::size_t i = 0; i < b.size(); ++i) {
+    num = std::max(num, std::abs(double(a[i]) - b[i]));
+    den = std::max(den, std::abs(double(b[i])));
+  }
+  return num / den;
+}
+
+// ‖a − b‖ / ‖b‖.
+double norm_rel(const std::vector<float>& a, const std::vector<float>& b) {
+  double num = 0, den = 1e-30;
+  for (std::size_t i = 0; i < b.size(); ++i) {
+    num += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
+    den += double(b[i]) * b[i];
+  }
+  return std::sqrt(num / den);
+}
+
+void fill(const zs::DeviceFloats& d, std::uint64_t seed, float scale) {
+  const auto h = random_normal(d.extent(0), seed, scale);
+  Kokkos::deep_copy(d, Kokkos::View<const float*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>(h.data(), h.size()));
+}
+
+// Three trunk layers, widths off every tile size, branches of 4, 2, 4, 3 actions, 5 atoms.
+nlohmann::json odd_net(std::uint64_t seed) {
+  return {{"state_dim", 7}, {"trunk", {33, 20, 70}}, {"head_hidden", 16}, {"branches", {4, 2, 4, 3}},
+          {"atoms", 5},     {"v_min", -2},           {"v_max", 2},        {"seed", seed},
+          {"precision", "tf32"}};
+}
+
+// The trainer tests' small net in TF32 (the fused step's products round to TF32 on CUDA; the
+// host computes them in FP32 whatever the config says).
+nlohmann::json small_net(std::uint64_t seed) {
+  return {{"state_dim", 6}, {"trunk", {16, 12}}, {"head_hidden", 8}, {"branches", {3, 2, 2}}, {"atoms", 11},
+          {"v_min", -5},    {"v_max", 5},        {"gamma", 0.95},    {"n_step", 3},           {"lr", 1e-3},
+          {"max_grad_norm", 0.01}, {"tau", 0.01}, {"seed", seed},    {"precision", "tf32"}};
+}
+
+nlohmann::json with_every_auxiliary(nlohmann::json j) {
+  j["iqn"] = {{"n_tau", 3}, {"embed_dim", 4}};
+  j["ensemble"] = {{"k", 2}};
+  j["cql"] = true;
+  return j;
+}
+
+zs::TrainerOptions fused_options(int B, zs::PhasedMode mode = zs::PhasedMode::persistent) {
+  zs::TrainerOptions o;
+  o.batch_size = B;
+  o.fused_step = true;
+  o.fused.mode = mode;
+  return o;
+}
+
+zs::TrainerOptions plan_options(int B) {
+  zs::TrainerOptions o;
+  o.batch_size = B;
+  o.fused_step = false;
+  return o;
+}
+
+std::vector<float> host_copy(const zs::DeviceFloats& d) { return to_host(d); }
+
+}  // namespace
+
+TEST(FusedForward, MatchesTheNetworksPerLayerForwardPersistentAndAsLaunches) {
+  const auto seed = zs::test::fresh_seed();
+  SCOPED_TRACE(testing::Message() << "seed " << seed);
+  const auto c = zs::Config::from_json(odd_net(seed));
+  const zs::ParamLayout layout(c);
+  const zs::Network net(c, layout);
+  zs::ParamBuffer online(layout, "online"), target(layout, "target");
+  fill(online.flat(), seed + 1, 0.4f);
+  fill(target.flat(), seed + 2, 0.4f);
+  for (const int B : {3, 70}) {
+    SCOPED_TRACE(testing::Message() << "B = " << B);
+    zs::DeviceFloats states("states", std::size_t(2) * B * c.state_dim);
+    fill(states, seed + 3 + B, 1.f);
+    const zs::ConstMatrixView s(states.data(), B, c.state_dim), s2(states.data() + std::size_t(B) * c.state_dim, B,
+                                                                    c.state_dim),
+        all(states.data(), 2 * B, c.state_dim);
+    zs::Stream stream;
+    zs::Gemm gemm(stream, zs::Precision::fp32);
+    zs::Activations on_ref(c, 2 * B), tg_ref(c, B);
+    net.forward(stream.exec(), gemm, online, all, on_ref);
+    net.forward(stream.exec(), gemm, target, s2, tg_ref);
+    std::vector<std::vector<float>> logps;
+    for (const auto mode : {zs::PhasedMode::persistent, zs::PhasedMode::launches}) {
+      zs::Activations on(c, 2 * B), tg(c, B);
+      zs::FusedOptions o;
+      o.mode = mode;
+      const zs::FusedForward fwd(net, {{&online, s, &on, 0}, {&online, s2, &on, B}, {&target, s2, &tg, 0}}, o);
+      // The online passes are one product per layer: trunk layers, the heads' hidden and output
+      // layers, the dueling head.
+      EXPECT_EQ(fwd.kernel().phases(), 3 + 3);
+      fwd.enqueue(stream.exec());
+      stream.synchronize();
+      const double tol = kTf32 ? 3e-3 : 1e-5;
+      EXPECT_LT(max_rel(to_host(on.logp), to_host(on_ref.logp)), tol);
+      EXPECT_LT(max_rel(to_host(tg.logp), to_host(tg_ref.logp)), tol);
+      for (std::size_t i = 0; i < c.trunk.size(); ++i) {
+        EXPECT_LT(max_rel(to_host(on.trunk[i]), to_host(on_ref.trunk[i])), tol) << "trunk " << i;
+        EXPECT_LT(max_rel(to_host(tg.trunk[i]), to_host(tg_ref.trunk[i])), tol) << "trunk " << i;
+      }
+      EXPECT_LT(max_rel(to_host(on.value_hidden), to_host(on_ref.value_hidden)), tol);
+      EXPECT_LT(max_rel(to_host(on.value_out), to_host(on_ref.value_out)), tol);
+      for (std::size_t k = 0; k < c.branches.size(); ++k)
+        EXPECT_LT(max_rel(to_host(tg.branch_hidden[k]), to_host(tg_ref.branch_hidden[k])), tol) << "branch " << k;
+      EXPECT_LT(max_rel(to_host(on.branch_out), to_host(on_ref.branch_out)), tol);
+      logps.push_back(to_host(on.logp));
+      const auto t = to_host(tg.logp);
+      logps.back().insert(logps.back().end(), t.begin(), t.end());
+    }
+    EXPECT_TRUE(zs::test::same_bits(logps[0], logps[1])) << "persistent and one launch per phase differ";
+  }
+}
+
+TEST(FusedForward, ReplaysFromAGraphBitForBitAndTilesOfSeveralRowsChangeNothing) {
+  const auto seed = zs::test::fresh_seed();
+  SCOPED_TRACE(testing::Message() << "seed " << seed);
+  const auto c = zs::Config::from_json(odd_net(seed));
+  const zs::ParamLayout layout(c);
+  const zs::Network net(c, layout);
+  zs::ParamBuffer online(layout, "online");
+  fill(online.flat(), seed + 1, 0.4f);
+  const int B = 9;
+  zs::DeviceFloats states("states", std::size_t(B) * c.state_dim);
+  const zs::ConstMatrixView s(states.data(), B, c.state_dim);
+  zs::Stream stream;
+  zs::Activations a(c, B), b(c, B);
+  zs::FusedOptions three;
+  three.dueling_rows = 3;
+  const zs::FusedForward one_row(net, {{&online, s, &a, 0}}), three_rows(net, {{&online, s, &b, 0}}, three);
+  zs::Graph graph;
+  for (int rep = 0; rep < 3; ++rep) {
+    fill(states, seed + 10 + rep, 1.f);  // fresh inputs every replay
+    graph.run(stream, [&] { one_row.enqueue(stream.exec()); });
+    three_rows.enqueue(stream.exec());
+    stream.synchronize();
+    EXPECT_TRUE(graph.captured());
+    EXPECT_TRUE(zs::test::same_bits(to_host(a.logp), to_host(b.logp))) << "replay " << rep;
+  }
+}
+
+TEST(FusedForward, BadPassesAndOptionsAreClearErrors) {
+  const auto c = zs::Config::from_json(odd_net(1));
+  const zs::ParamLayout layout(c);
+  const zs::Network net(c, layout);
+  zs::ParamBuffer online(layout, "online");
+  zs::DeviceFloats states("states", std::size_t(8) * c.state_dim);
+  zs::Activations acts(c, 4);
+  const zs::ConstMatrixView four(states.data(), 4, c.state_dim);
+  EXPECT_NE(zs::test::error_of([&] { zs::FusedForward(net, {{&online, four, &acts, 2}}); }).find("rows 2..6"),
+            std::string::npos);
+  EXPECT_NE(zs::test::error_of([&] { zs::FusedForward(net, {}); }).find("0 passes"), std::string::npos);
+  zs::FusedOptions wide;
+  wide.dueling_rows = 100000;
+  EXPECT_NE(zs::test::error_of([&] { zs::FusedForward(net, {{&online, four, &acts, 0}}, wide); })
+                .find("dueling_rows = 100000; expected 1 to"),
+            std::string::npos);
+}
+
+TEST(FusedC51, OneStepMatchesTheLaunchPlans) {
+  const auto seed = zs::test::fresh_seed();
+  SCOPED_TRACE(testing::Message() << "seed " << seed);
+  const int B = 37;
+  for (const auto& j : {small_net(seed), odd_net(seed)}) {
+    SCOPED_TRACE(j.dump());
+    const auto c = zs::Config::from_json(j);
+    zs::Trainer fused(c, fused_options(B)), plans(c, plan_options(B));
+    ASSERT_TRUE(fused.fused()) << fused.fused_off_reason();
+    ASSERT_FALSE(plans.fused());
+    ASSERT_NE(fused.term_as<zs::C51Term>("c51")->fused(), nullptr);
+    const auto hb = zs::random_batch(c, B, seed + 5);
+    for (zs::Trainer* t : {&fused, &plans}) {
+      zs::upload(t->stream().exec(), c, hb, t->batch());
+      t->step_direct();
+      t->synchronize();
+    }
+    float lf = 0, lp = 0;
+    Kokkos::deep_copy(lf, fused.loss().loss);
+    Kokkos::deep_copy(lp, plans.loss().loss);
+    const double tol = kTf32 ? 5e-3 : 1e-5;
+    EXPECT_NEAR(lf, lp, tol * std::abs(lp) + 1e-6);
+    const auto bf = to_host(fused.loss().best), bp = to_host(plans.loss().best);
+    int differ = 0;
+    for (std::size_t i = 0; i < bf.size(); ++i) differ += bf[i] != bp[i];
+    EXPECT_LE(differ, kTf32 ? 2 : 0) << "a* differs in " << differ << " of " << bf.size() << " (sample, branch)";
+    if (differ == 0) {
+      EXPECT_LT(max_rel(to_host(fused.loss().priorities), to_host(plans.loss().priorities)), tol);
+      EXPECT_LT(max_rel(to_host(fused.loss().projected), to_host(plans.loss().projected)), tol);
+      // Every tensor of the main network written, each on its own scale.
+      const auto gf = host_copy(fused.grad().flat()), gp = host_copy(plans.grad().flat());
+      for (const auto& t : fused.layout().tensors()) {
+        const std::vector<float> a(gf.begin() + t.offset, gf.begin() + t.offset + t.size());
+        const std::vector<float> b(gp.begin() + t.offset, gp.begin() + t.offset + t.size());
+        EXPECT_LT(norm_rel(a, b), kTf32 ? 1e-2 : 1e-5) << t.name;
+        double largest = 0;
+        for (float v : b) largest = std::max(largest, double(std::abs(v)));
+        EXPECT_GT(largest, 0.0) << t.name << ": a gradient of zeros tests nothing";
+      }
+      double nf = 0, np = 0;
+      Kokkos::deep_copy(nf, fused.grad_norm());
+      Kokkos::deep_copy(np, plans.grad_norm());
+      EXPECT_NEAR(nf, np, (kTf32 ? 1e-2 : 1e-5) * np);
+    }
+  }
+}
+
+TEST(FusedC51, EveryParameterGradientMatchesFiniteDifferences) {
+  auto draw = zs::test::draw_for_gradient_check(
+      [](std::uint64_t s) { return zs::Config::from_json(small_net(s)); }, 12, fused_options(12));
+  ASSERT_TRUE(draw.trainer);
+  SCOPED_TRACE(testing::Message() << "seed " << draw.seed << " (first " << draw.first << ")");
+  ASSERT_TRUE(draw.trainer->fused());
+  draw.trainer->step_direct();
+  draw.trainer->synchronize();
+  const zs::test::RefNet ref(draw.config, draw.trainer->layout());
+  const auto rb = zs::test::ref_batch(draw.batch);
+  zs::test::expect_gradient_matches_finite_differences(
+      draw.trainer->layout(), draw.p0, host_copy(draw.trainer->grad().flat()),
+      [&](const std::vector<double>& p) { return ref.loss(p, draw.t0, rb).loss; },
+      [](const std::string&) { return true; }, 1e-6, kTf32 ? 10 : 1);
+}
+
+TEST(FusedC51, GraphReplayEqualsDirectLaunchAndTheLaunchModesAgree) {
+  const auto seed = zs::test::fresh_seed();
+  SCOPED_TRACE(testing::Message() << "seed " << seed);
+  for (const auto& j : {small_net(seed), with_every_auxiliary(small_net(seed))}) {
+    SCOPED_TRACE(j.dump());
+    const auto c = zs::Config::from_json(j);
+    zs::Trainer graph(c, fused_options(16)), direct(c, fused_options(16)),
+        launches(c, fused_options(16, zs::PhasedMode::launches));
+    zs::test::step_on_same_batches(graph, direct, 6, seed + 100, [](zs::Trainer& g, zs::Trainer& d) {
+      g.step();
+      d.step_direct();
+    });
+    zs::Trainer graph2(c, fused_options(16));
+    zs::test::step_on_same_batches(graph2, launches, 6, seed + 100, [](zs::Trainer& g, zs::Trainer& l) {
+      g.step();
+      l.step();
+    });
+    EXPECT_TRUE(graph.graph_recorded());
+    for (const zs::Trainer* other : {&direct, &graph2, &launches}) {
+      EXPECT_TRUE(zs::test::same_bits(host_copy(graph.online().flat()), host_copy(other->online().flat())));
+      EXPECT_TRUE(zs::test::same_bits(host_copy(graph.target().flat()), host_copy(other->target().flat())));
+      EXPECT_TRUE(zs::test::same_bits(host_copy(graph.optimizer().v().flat()), host_copy(other->optimizer().v().flat())));
+    }
+    const auto mg = graph.metrics(), md = direct.metrics();
+    ASSERT_TRUE(mg && md);
+    EXPECT_EQ(mg->step, 5);
+    EXPECT_EQ(mg->raw_loss, md->raw_loss);
+    EXPECT_TRUE(std::isfinite(mg->raw_loss) && mg->raw_loss > 0);
+  }
+}
+
+TEST(FusedC51, WithEveryAuxiliaryTheTermsMatchTheLaunchPlans) {
+  const auto seed = zs::test::fresh_seed();
+  SCOPED_TRACE(testing::Message() << "seed " << seed);
+  const auto c = zs::Config::from_json(with_every_auxiliary(small_net(seed)));
+  zs::Trainer fused(c, fused_options(16)), plans(c, plan_options(16));
+  zs::test::step_on_same_batches(fused, plans, 1, seed + 100, [](zs::Trainer& a, zs::Trainer& b) {
+    a.step();
+    b.step();
+  });
+  const auto tf = fused.term_metrics(), tp = plans.term_metrics();
+  ASSERT_TRUE(tf && tp);
+  ASSERT_EQ(tf->terms.size(), 4u);
+  for (std::size_t i = 0; i < tf->terms.size(); ++i) {
+    SCOPED_TRACE(tf->terms[i].name);
+    const double tol = kTf32 ? 1e-2 : 1e-5;
+    EXPECT_NEAR(tf->terms[i].loss, tp->terms[i].loss, tol * std::abs(tp->terms[i].loss) + 1e-7);
+    EXPECT_NEAR(tf->terms[i].grad_norm, tp->terms[i].grad_norm, tol * tp->terms[i].grad_norm + 1e-7);
+  }
+}
+
+TEST(FusedC51, NaNBatchTripsTheGuardAndChangesNothing) {
+  const auto seed = zs::test::fresh_seed();
+  SCOPED_TRACE(testing::Message() << "seed " << seed);
+  for (const auto& j : {small_net(seed), with_every_auxiliary(small_net(seed))}) {
+    SCOPED_TRACE(j.dump());
+    const auto c = zs::Config::from_json(j);
+    zs::Trainer tr(c, fused_options(8));
+    auto hb = zs::random_batch(c, 8, seed + 3);
+    zs::upload(tr.stream().exec(), c, hb, tr.batch());
+    tr.step();
+    tr.step();
+    tr.synchronize();
+    const auto online = host_copy(tr.online().flat()), target = host_copy(tr.target().flat());
+    const auto v = host_copy(tr.optimizer().v().flat());
+    for (int poison = 0; poison < 3; ++poison) {
+      auto bad = hb;
+      if (poison == 0) bad.rewards[3] = std::nanf("");
+      if (poison == 1) bad.states[5] = INFINITY;
+      if (poison == 2) bad.next_states[7] = -INFINITY;
+      zs::upload(tr.stream().exec(), c, bad, tr.batch());
+      tr.step();
+      tr.synchronize();
+      const auto st = tr.metrics();
+      ASSERT_TRUE(st.has_value());
+      EXPECT_TRUE(st->halt_nan) << "poison " << poison;
+      EXPECT_TRUE(zs::test::same_bits(online, host_copy(tr.online().flat()))) << "poison " << poison;
+      EXPECT_TRUE(zs::test::same_bits(target, host_copy(tr.target().flat())));
+      EXPECT_TRUE(zs::test::same_bits(v, host_copy(tr.optimizer().v().flat())));
+    }
+    zs::upload(tr.stream().exec(), c, hb, tr.batch());
+    tr.step();
+    tr.synchronize();
+    EXPECT_FALSE(tr.metrics()->halt_nan);
+    EXPECT_FALSE(zs::test::same_bits(online, host_copy(tr.online().flat()))) << "a clean step after the skips updates";
+  }
+}
+
+TEST(FusedC51, ConfigsOutOfItsReachRunTheLaunchPlansAndSayWhy) {
+  auto deep = small_net(1);
+  deep["trunk"] = std::vector<int>(10, 8);
+  const auto c = zs::Config::from_json(deep);
+  zs::Trainer tr(c, fused_options(4));
+  EXPECT_FALSE(tr.fused());
+  EXPECT_NE(tr.fused_off_reason().find("at most 9 trunk layers; the config has 10"), std::string::npos)
+      << tr.fused_off_reason();
+  EXPECT_EQ(tr.term_as<zs::C51Term>("c51")->fused(), nullptr);
+  tr.step();  // the plans run
+  tr.synchronize();
+  std::string why;
+  auto fp32 = small_net(1);
+  fp32["precision"] = "fp32";
+  EXPECT_EQ(zs::fused_supports(zs::Config::from_json(fp32), {}, &why), !kTf32);
+  if (kTf32) {
+    EXPECT_NE(why.find("round to TF32"), std::string::npos) << why;
+  }
+  zs::FusedOptions none;
+  none.teams_per_sm = 0;
+  EXPECT_FALSE(zs::fused_supports(zs::Config::from_json(small_net(1)), none, &why));
+  EXPECT_NE(why.find("teams_per_sm = 0"), std::string::npos) << why;
+}
