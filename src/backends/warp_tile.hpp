@@ -8,8 +8,8 @@
 // layout differs, and for_each hides it: each element is visited exactly once, by the lane that
 // holds it.
 //
-// Use: WarpTile<Exec> t; t.zero(); for each k0 in steps of 8: t.mma(a + k0, lda, b + k0, ldb);
-// then t.for_each([&](int m, int n, float v) {...}). Every lane of the warp must make the same
+// Use: WarpTile<Exec> t; t.zero(); for each k0 in steps of 8: t.mma(a + k0, lda, b + k0, ldb)
+// (or load_a / load_b into fragments and t.mma(fa, fb)); then t.for_each([&](int m, int n, float v) {...}). Every lane of the warp must make the same
 // calls (the team thread's code path), with the same pointers.
 #pragma once
 #include "backends/backend.hpp"
@@ -45,6 +45,26 @@ struct WarpTile {
       }
   }
   KOKKOS_INLINE_FUNCTION void mma(const float* a, int lda, const float* b, int ldb) { mma(a, lda, 1, b, ldb, 1); }
+  // The same product from operands loaded once and used for several tiles (a 2 × 2 block of
+  // tiles reuses each A for two B and each B for two A). The strides are template arguments so
+  // that on CUDA each load is one instruction with a constant offset.
+  struct AFragment {
+    const float* p;
+    int rs, ks;
+  };
+  struct BFragment {
+    const float* p;
+    int rs, ks;
+  };
+  template <int RS, int KS>
+  KOKKOS_INLINE_FUNCTION static void load_a(AFragment& f, const float* a) {
+    f = {a, RS, KS};
+  }
+  template <int RS, int KS>
+  KOKKOS_INLINE_FUNCTION static void load_b(BFragment& f, const float* b) {
+    f = {b, RS, KS};
+  }
+  KOKKOS_INLINE_FUNCTION void mma(const AFragment& a, const BFragment& b) { mma(a.p, a.rs, a.ks, b.p, b.rs, b.ks); }
   // This thread's lane in its team thread (0 on the host, where a team thread is one thread).
   KOKKOS_INLINE_FUNCTION static int lane() { return 0; }
   // A load of memory that other teams of the same launch may have stored to since it started (a

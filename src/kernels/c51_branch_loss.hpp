@@ -30,10 +30,29 @@ struct C51BranchLoss {
   Kokkos::View<float**, Kokkos::LayoutRight, MS> ce;                  // [B, K] out: CE / K, NaN for a bad action
   Kokkos::View<float*, MS> priorities;                                // [B] out (finish)
   Kokkos::View<float, MS> loss;                                       // out (finish)
-  float* d_value_parts = nullptr;  // [K, B, atoms] out: branch k's ∂loss/∂value_out
-  float* d_branch_out = nullptr;   // flat [B·A·atoms] out, BranchTable layout for B rows
+  float* d_value_parts = nullptr;  // [K, B, atoms] out: branch k's ∂loss/∂value_out (rows padded)
+  float* d_branch_out = nullptr;   // flat [B·A·atoms] out, BranchTable layout for B rows (rows padded)
   BranchTable table;
   Support sup{};
+  // Both gradients' rows are rounded up to a multiple of `pad` floats (1: BranchTable's dense
+  // layout): the fused step pads them to 4 so that its products stage them 16 bytes at a time.
+  int pad = 1;
+
+  KOKKOS_INLINE_FUNCTION int padded(int floats) const { return (floats + pad - 1) / pad * pad; }
+  // Where (sample i, atom j) of branch k's share of ∂loss/∂value_out lives, for B samples.
+  KOKKOS_INLINE_FUNCTION std::size_t value_at(int B, int k, int i, int j) const {
+    return (static_cast<std::size_t>(k) * B + i) * padded(sup.atoms) + j;
+  }
+  // First float of branch k's [B, padded(n_k·atoms)] block of d_branch_out, and its row stride.
+  KOKKOS_INLINE_FUNCTION std::size_t branch_block(int B, int k) const {
+    std::size_t at = 0;
+    for (int b = 0; b < k; ++b) at += static_cast<std::size_t>(B) * padded(table.size(b) * sup.atoms);
+    return at;
+  }
+  KOKKOS_INLINE_FUNCTION int branch_ld(int k) const { return padded(table.size(k) * sup.atoms); }
+  // Floats d_value_parts and d_branch_out hold for B samples.
+  std::size_t value_floats(int B) const { return static_cast<std::size_t>(table.branches) * B * padded(sup.atoms); }
+  std::size_t branch_floats(int B) const { return branch_block(B, table.branches); }
 
   // Team scratch for a team of `team_size` team threads: each thread's Q terms (double), each
   // one's a* key, the source positions, probabilities and projected mass, and two partial sums
@@ -133,8 +152,8 @@ struct C51BranchLoss {
     const float coef = weights(i) / static_cast<float>(B * K);
     Kokkos::parallel_for(Kokkos::TeamVectorRange(team, Z), [&](const int j) {
       const float dq = valid ? coef * (::expf(logp_online(i, c0 + taken, j)) * msum - m[j]) : NAN;
-      d_value_parts[(static_cast<std::size_t>(k) * B + i) * Z + j] = dq;
-      float* const d_out = d_branch_out + table.index(B, Z, k, i, 0, j);
+      d_value_parts[value_at(B, k, i, j)] = dq;
+      float* const d_out = d_branch_out + branch_block(B, k) + static_cast<std::size_t>(i) * branch_ld(k) + j;
       for (int a = 0; a < n; ++a) d_out[a * Z] = dq * ((a == taken ? 1.f : 0.f) - 1.f / static_cast<float>(n));
     });
     Kokkos::single(Kokkos::PerTeam(team), [&]() {

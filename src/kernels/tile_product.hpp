@@ -211,32 +211,58 @@ struct TileProduct {
     issue_operand<kN>(stage + kAFloats, s.b, kBkLd, n0, job.n, k0, s.k, tid);
   }
 
-  template <class Member>
-  KOKKOS_INLINE_FUNCTION static void multiply(const Member& team, const float* stage, const ProductSegment& s,
-                                              Tile (&acc)[kSlots][2][2], bool sums, float* rsum, int tid) {
-    const bool akm = k_major(s.a), bkm = k_major(s.b);
-    const int a_rs = akm ? 1 : kRowLd, a_ks = akm ? kAkLd : 1;
-    const int b_rs = bkm ? 1 : kRowLd, b_ks = bkm ? kBkLd : 1;
+  // The chunk's product, with the scratch layout of each operand known at compile time: every
+  // fragment load is then one shared-memory load at a constant offset, and each warp loads its
+  // two A and two B fragments once per k-step for its four tiles.
+  template <bool AKM, bool BKM, class Member>
+  KOKKOS_INLINE_FUNCTION static void multiply_as(const Member& team, const float* stage, Tile (&acc)[kSlots][2][2],
+                                                 bool sums, float* rsum, int tid) {
+    constexpr int a_rs = AKM ? 1 : kRowLd, a_ks = AKM ? kAkLd : 1;
+    constexpr int b_rs = BKM ? 1 : kRowLd, b_ks = BKM ? kBkLd : 1;
     const float* const sa = stage;
     const float* const sb = stage + kAFloats;
     for (int slot = 0; slot < kSlots; ++slot) {
       const int w = (kHost ? 0 : team.team_rank()) * kSlots + slot;
-      const int wm = (w / kWarpsN) * kWarpM, wn = (w % kWarpsN) * kWarpN;
+      const float* const wa = sa + (w / kWarpsN) * kWarpM * a_rs;
+      const float* const wb = sb + (w % kWarpsN) * kWarpN * b_rs;
       ZS_UNROLL
-      for (int kk = 0; kk < kK; kk += Tile::kK)
+      for (int kk = 0; kk < kK; kk += Tile::kK) {
+        typename Tile::AFragment fa[2];
+        typename Tile::BFragment fb[2];
+        ZS_UNROLL
+        for (int i = 0; i < 2; ++i) Tile::template load_a<a_rs, a_ks>(fa[i], wa + 16 * i * a_rs + kk * a_ks);
+        ZS_UNROLL
+        for (int j = 0; j < 2; ++j) Tile::template load_b<b_rs, b_ks>(fb[j], wb + 8 * j * b_rs + kk * b_ks);
         ZS_UNROLL
         for (int i = 0; i < 2; ++i)
           ZS_UNROLL
-          for (int j = 0; j < 2; ++j)
-            acc[slot][i][j].mma(sa + (wm + 16 * i) * a_rs + kk * a_ks, a_rs, a_ks, sb + (wn + 8 * j) * b_rs + kk * b_ks,
-                                b_rs, b_ks);
+          for (int j = 0; j < 2; ++j) acc[slot][i][j].mma(fa[i], fb[j]);
+      }
     }
     if (sums)
       for (int r = 0; r < kRowSumsPerThread; ++r) {
         const int row = kHost ? r : tid;
         if (row < kM)
+          ZS_UNROLL
           for (int kk = 0; kk < kK; ++kk) rsum[r] += sa[row * a_rs + kk * a_ks];
       }
+  }
+
+  template <class Member>
+  KOKKOS_INLINE_FUNCTION static void multiply(const Member& team, const float* stage, const ProductSegment& s,
+                                              Tile (&acc)[kSlots][2][2], bool sums, float* rsum, int tid) {
+    const bool akm = k_major(s.a), bkm = k_major(s.b);
+    if (akm) {
+      if (bkm)
+        multiply_as<true, true>(team, stage, acc, sums, rsum, tid);
+      else
+        multiply_as<true, false>(team, stage, acc, sums, rsum, tid);
+    } else {
+      if (bkm)
+        multiply_as<false, true>(team, stage, acc, sums, rsum, tid);
+      else
+        multiply_as<false, false>(team, stage, acc, sums, rsum, tid);
+    }
   }
 
   template <class Member>

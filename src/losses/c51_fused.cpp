@@ -29,7 +29,6 @@ FusedC51::FusedC51(const StepContext& ctx, Gradients& g, const ParamBuffer& grad
   require(g.rows == B && ctx.online_acts.rows == 2 * B && ctx.target_acts.rows == B, "FusedC51: gradient rows ",
           g.rows, ", activation rows ", ctx.online_acts.rows, " and ", ctx.target_acts.rows, "; expected ", B, ", ",
           2 * B, " and ", B);
-  d_value_parts_ = DeviceFloats("zs::fused::d_value_parts", static_cast<std::size_t>(K) * B * Z);
   dz_hidden_ = DeviceFloats("zs::fused::dz_hidden", static_cast<std::size_t>(heads) * B * H);
   ce_ = Kokkos::View<float**, Kokkos::LayoutRight, MemSpace>("zs::fused::ce", B, K);
 
@@ -55,10 +54,13 @@ FusedC51::FusedC51(const StepContext& ctx, Gradients& g, const ParamBuffer& grad
   L.ce = ce_;
   L.priorities = ctx.c51.priorities;
   L.loss = ctx.c51.loss;
-  L.d_value_parts = d_value_parts_.data();
-  L.d_branch_out = g.d_branch_out.data();
   L.table = net.table();
   L.sup = kernels::Support{c.v_min, c.v_max, static_cast<float>(std::pow(double(c.gamma), c.n_step)), Z};
+  L.pad = 4;
+  d_value_parts_ = DeviceFloats("zs::fused::d_value_parts", L.value_floats(B));
+  d_branch_out_ = DeviceFloats("zs::fused::d_branch_out", L.branch_floats(B));
+  L.d_value_parts = d_value_parts_.data();
+  L.d_branch_out = d_branch_out_.data();
   b.phase();
   b.tiles(kernels::FusedTileKind::c51_branch, B * K);
 
@@ -75,13 +77,14 @@ FusedC51::FusedC51(const StepContext& ctx, Gradients& g, const ParamBuffer& grad
     std::vector<ProductSegment> s;
     if (h == 0) {
       for (int k = 0; k < K; ++k) {
-        const float* p = d_value_parts_.data() + static_cast<std::size_t>(k) * B * Z;
-        s.push_back({transposed ? columns_of(p, Z) : rows_of(p, Z), other, transposed ? k_of_rows : Z});
+        const float* p = d_value_parts_.data() + L.value_at(B, k, 0, 0);
+        const int ld = L.padded(Z);
+        s.push_back({transposed ? columns_of(p, ld) : rows_of(p, ld), other, transposed ? k_of_rows : Z});
       }
     } else {
-      const int w = c.branches[h - 1] * Z;
-      const float* p = g.d_branch_out.data() + net.table().block(B, Z, h - 1);
-      s.push_back({transposed ? columns_of(p, w) : rows_of(p, w), other, transposed ? k_of_rows : w});
+      const int w = c.branches[h - 1] * Z, ld = L.branch_ld(h - 1);
+      const float* p = d_branch_out_.data() + L.branch_block(B, h - 1);
+      s.push_back({transposed ? columns_of(p, ld) : rows_of(p, ld), other, transposed ? k_of_rows : w});
     }
     return s;
   };

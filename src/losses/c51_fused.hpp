@@ -14,13 +14,15 @@ namespace zs {
 class FusedC51 {
  public:
   // Reads and writes what the plans would: ctx's activations, ctx.c51 (loss, priorities,
-  // projected, a*), g's output and trunk gradients, and every main-network tensor of `grad`.
+  // projected, a*), g's trunk gradients, and every main-network tensor of `grad`; the outputs'
+  // gradients go to its own buffers, whose rows it pads to four floats (g's stay unwritten).
   FusedC51(const StepContext& ctx, Gradients& g, const ParamBuffer& grad, const FusedOptions& options);
   void enqueue(const ExecSpace& exec) const { kernel_.enqueue(exec); }
   const FusedKernel& kernel() const { return kernel_; }
 
  private:
-  DeviceFloats d_value_parts_;  // [K][B][atoms]: each branch's share of ∂loss/∂value_out
+  DeviceFloats d_value_parts_;  // [K][B][atoms, padded]: each branch's share of ∂loss/∂value_out
+  DeviceFloats d_branch_out_;   // per branch [B][n_k·atoms, padded]: ∂loss/∂branch_out
   DeviceFloats dz_hidden_;      // [1 + K][B][head_hidden]: each head's gradient below its ReLU
   Kokkos::View<float**, Kokkos::LayoutRight, MemSpace> ce_;  // [B, K]
   FusedKernel kernel_;

@@ -17,18 +17,64 @@ struct WarpTile<Kokkos::Cuda> {
 
   KOKKOS_INLINE_FUNCTION void zero() { c[0] = c[1] = c[2] = c[3] = 0.f; }
 
-  // a(m, k) = a[m·a_rs + k·a_ks], b(n, k) = b[n·b_rs + k·b_ks].
-  KOKKOS_INLINE_FUNCTION void mma(const float* a, int a_rs, int a_ks, const float* b, int b_rs, int b_ks) {
+  struct AFragment {
+    std::uint32_t x[4];
+  };
+  struct BFragment {
+    std::uint32_t x[2];
+  };
+  // a(m, k) = a[m·RS + k·KS]: this lane's four elements of A, rounded to TF32.
+  template <int RS, int KS>
+  KOKKOS_INLINE_FUNCTION static void load_a(AFragment& f, const float* a) {
 #ifdef __CUDA_ARCH__
     const int lane = static_cast<int>(threadIdx.x), g = lane >> 2, t = lane & 3;
-    const std::uint32_t a0 = tf32(a[g * a_rs + t * a_ks]), a1 = tf32(a[(g + 8) * a_rs + t * a_ks]);
-    const std::uint32_t a2 = tf32(a[g * a_rs + (t + 4) * a_ks]), a3 = tf32(a[(g + 8) * a_rs + (t + 4) * a_ks]);
-    const std::uint32_t b0 = tf32(b[g * b_rs + t * b_ks]), b1 = tf32(b[g * b_rs + (t + 4) * b_ks]);
+    const float* p = a + g * RS + t * KS;
+    f.x[0] = tf32(p[0]);
+    f.x[1] = tf32(p[8 * RS]);
+    f.x[2] = tf32(p[4 * KS]);
+    f.x[3] = tf32(p[8 * RS + 4 * KS]);
+#else
+    (void)f, (void)a;
+#endif
+  }
+  // b(n, k) = b[n·RS + k·KS]: this lane's two elements of B.
+  template <int RS, int KS>
+  KOKKOS_INLINE_FUNCTION static void load_b(BFragment& f, const float* b) {
+#ifdef __CUDA_ARCH__
+    const int lane = static_cast<int>(threadIdx.x), g = lane >> 2, t = lane & 3;
+    const float* p = b + g * RS + t * KS;
+    f.x[0] = tf32(p[0]);
+    f.x[1] = tf32(p[4 * KS]);
+#else
+    (void)f, (void)b;
+#endif
+  }
+  KOKKOS_INLINE_FUNCTION void mma(const AFragment& a, const BFragment& b) {
+#ifdef __CUDA_ARCH__
     asm volatile(
         "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
         "{%0, %1, %2, %3};\n"
         : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+        : "r"(a.x[0]), "r"(a.x[1]), "r"(a.x[2]), "r"(a.x[3]), "r"(b.x[0]), "r"(b.x[1]));
+#else
+    (void)a, (void)b;
+    Kokkos::abort("WarpTile<Cuda>::mma runs on the device only");
+#endif
+  }
+
+  // a(m, k) = a[m·a_rs + k·a_ks], b(n, k) = b[n·b_rs + k·b_ks].
+  KOKKOS_INLINE_FUNCTION void mma(const float* a, int a_rs, int a_ks, const float* b, int b_rs, int b_ks) {
+#ifdef __CUDA_ARCH__
+    const int lane = static_cast<int>(threadIdx.x), g = lane >> 2, t = lane & 3;
+    AFragment fa;
+    BFragment fb;
+    fa.x[0] = tf32(a[g * a_rs + t * a_ks]);
+    fa.x[1] = tf32(a[(g + 8) * a_rs + t * a_ks]);
+    fa.x[2] = tf32(a[g * a_rs + (t + 4) * a_ks]);
+    fa.x[3] = tf32(a[(g + 8) * a_rs + (t + 4) * a_ks]);
+    fb.x[0] = tf32(b[g * b_rs + t * b_ks]);
+    fb.x[1] = tf32(b[g * b_rs + (t + 4) * b_ks]);
+    mma(fa, fb);
 #else
     (void)a, (void)a_rs, (void)a_ks, (void)b, (void)b_rs, (void)b_ks;
     Kokkos::abort("WarpTile<Cuda>::mma runs on the device only");
