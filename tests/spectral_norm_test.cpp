@@ -719,3 +719,68 @@ TEST(SpectralNorm, ChunkTablesCoverEveryRowColumnAndElementOnce) {
     EXPECT_EQ(t.partials_size, partials);
   }
 }
+
+TEST(SpectralNorm, OnePersistentLaunchGivesTheBitsOfThreeLaunches) {
+  // Where the backend can persist (CUDA), the default plan runs the passes as one launch whose
+  // teams take several chunks each (the fine geometry has far more chunks than teams) and meet
+  // at grid barriers; the three-launch plan is the reference, call after call.
+  const auto seed = zs::test::fresh_seed();
+  SCOPED_TRACE(testing::Message() << "seed = " << seed);
+  const OddBatch batch(seed);
+  int g_index = 0;
+  for (const auto& g : geometries()) {
+    SCOPED_TRACE(testing::Message() << "geometry " << g_index++);
+    zs::Stream stream;
+    const auto one = zs::kernels::make_spectral_norm_plan<zs::ExecSpace>(batch.descs, g, zs::PhasedMode::persistent);
+    const auto three = zs::kernels::make_spectral_norm_plan<zs::ExecSpace>(batch.descs, g, zs::PhasedMode::launches);
+    EXPECT_EQ(one.persistent_teams > 0, zs::kCanPersist);
+    EXPECT_EQ(three.persistent_teams, 0);
+    auto params1 = zs::test::to_device(batch.params), params3 = zs::test::to_device(batch.params);
+    auto uv1 = zs::test::to_device(batch.init), uv3 = zs::test::to_device(batch.init);
+    auto init = zs::test::to_device(batch.init);
+    zs::DeviceFloats sig1(std::string("sig1"), batch.descs.size()), sig3(std::string("sig3"), batch.descs.size());
+    for (int call = 0; call < 3; ++call) {
+      SCOPED_TRACE(testing::Message() << "call " << call);
+      const auto a = run_once(stream, one, params1, uv1, init, sig1);
+      const auto b = run_once(stream, three, params3, uv3, init, sig3);
+      EXPECT_TRUE(zs::test::same_bits(a.w, b.w));
+      EXPECT_TRUE(zs::test::same_bits(a.uv, b.uv));
+      EXPECT_TRUE(zs::test::same_bits(a.sig, b.sig));
+    }
+  }
+}
+
+TEST(SpectralNorm, PersistentLaunchReplaysFromAGraphAndHonoursTheSkipFlag) {
+  // The one-launch form inside a captured graph: each replay continues the iteration exactly as
+  // direct calls do, and with the guard's skip flag set every team returns before its first
+  // access, yet all still meet at the barriers (a team missing one would hang the replay).
+  const zs::ParamLayout layout{zs::Config{}};
+  const auto seed = zs::test::fresh_seed();
+  SCOPED_TRACE(testing::Message() << "seed = " << seed);
+  const auto host = random_params(layout, seed);
+  zs::Stream stream;
+  const zs::SpectralNorm direct(layout, 1.f, seed), captured(layout, 1.f, seed);
+  auto p_direct = zs::test::to_device(host), p_graph = zs::test::to_device(host);
+  Kokkos::View<int, zs::MemSpace> skip("skip");
+  auto body = [&] { captured.apply(stream.exec(), p_graph, skip); };
+  body();  // first use outside capture, as the trainer does
+  direct.apply(stream.exec(), p_direct);
+  stream.synchronize();
+  zs::Graph graph;
+  graph.capture(stream, body);
+  for (int call = 0; call < 3; ++call) {
+    direct.apply(stream.exec(), p_direct);
+    graph.replay(stream);
+    stream.synchronize();
+    EXPECT_TRUE(zs::test::same_bits(zs::test::to_host(p_direct), zs::test::to_host(p_graph))) << "call " << call;
+    EXPECT_TRUE(zs::test::same_bits(zs::test::to_host(direct.sigmas()), zs::test::to_host(captured.sigmas())))
+        << "call " << call;
+  }
+  Kokkos::deep_copy(skip, 1);
+  const auto before = zs::test::to_host(p_graph);
+  const auto uv_before = zs::test::to_host(captured.vectors());
+  graph.replay(stream);
+  stream.synchronize();
+  EXPECT_TRUE(zs::test::same_bits(zs::test::to_host(p_graph), before));
+  EXPECT_TRUE(zs::test::same_bits(zs::test::to_host(captured.vectors()), uv_before));
+}
