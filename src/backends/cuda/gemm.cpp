@@ -7,6 +7,10 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <tuple>
 
 #include "backends/cuda/check.hpp"
 #include "backends/gemm.hpp"
@@ -30,26 +34,18 @@ cublasComputeType_t compute(Precision p) {
 }
 }  // namespace
 
-struct Gemm::Impl {
-  cublasHandle_t handle = nullptr;
-  cublasLtHandle_t lt = nullptr;  // the products with a bias epilogue
-  cudaStream_t stream = nullptr;
-  void* workspace = nullptr;
-  static constexpr std::size_t kWorkspaceBytes = 32u << 20;
-  ~Impl() {
-    if (lt) cublasLtDestroy(lt);
-    if (handle) cublasDestroy(handle);
-    if (workspace) cudaFree(workspace);
-  }
-};
-
 namespace {
-// cuBLASLt's descriptors for one call, destroyed with it (host objects: creating them inside a
-// stream capture is allowed, and a captured graph replays none of this host work).
+// cuBLASLt's descriptors and chosen algorithm for one shape of GemmBias (host objects: creating
+// them inside a stream capture is allowed). Made once per shape and kept: a direct-launch step
+// would otherwise pay for the descriptors and a heuristic query on every product, every step.
 struct LtCall {
   cublasLtMatmulDesc_t desc = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
   cublasLtMatmulPreference_t pref = nullptr;
+  cublasLtMatmulHeuristicResult_t best{};
+  LtCall() = default;
+  LtCall(const LtCall&) = delete;
+  LtCall& operator=(const LtCall&) = delete;
   ~LtCall() {
     if (pref) cublasLtMatmulPreferenceDestroy(pref);
     if (c) cublasLtMatrixLayoutDestroy(c);
@@ -58,7 +54,27 @@ struct LtCall {
     if (desc) cublasLtMatmulDescDestroy(desc);
   }
 };
+
+// Everything the descriptors and the heuristic see; the pointers (the bias's included, set per
+// call) do not enter them.
+using LtKey = std::tuple<int, int, int, int, int, int, int>;  // ta, tb, m, n, k, relu, precision
 }  // namespace
+
+struct Gemm::Impl {
+  cublasHandle_t handle = nullptr;
+  cublasLtHandle_t lt = nullptr;  // the products with a bias epilogue
+  cudaStream_t stream = nullptr;
+  void* workspace = nullptr;
+  static constexpr std::size_t kWorkspaceBytes = 32u << 20;
+  std::mutex lt_mutex;  // the products are const: a Gemm shared by threads still builds one entry
+  std::map<LtKey, std::unique_ptr<LtCall>> lt_calls;
+  ~Impl() {
+    lt_calls.clear();
+    if (lt) cublasLtDestroy(lt);
+    if (handle) cublasDestroy(handle);
+    if (workspace) cudaFree(workspace);
+  }
+};
 
 Gemm::Gemm(Stream& stream, Precision precision) : precision_(precision), impl_(std::make_unique<Impl>()) {
   ZS_CUBLAS_CHECK(cublasCreate(&impl_->handle));
@@ -111,34 +127,46 @@ void Gemm::operator()(const GemmBias& p) const {
   check_gemm_bias(p);
   // Column-major, as for cublasGemmEx above: Cᵀ [n, m] = op(B)ᵀ·op(A)ᵀ, so cuBLASLt's first
   // operand is our B, its second our A, and the bias runs along Cᵀ's rows: one per column of C.
-  LtCall call;
-  ZS_CUBLAS_CHECK(cublasLtMatmulDescCreate(&call.desc, compute(precision_), CUDA_R_32F));
-  const cublasOperation_t first = op(p.tb), second = op(p.ta);
-  ZS_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(call.desc, CUBLASLT_MATMUL_DESC_TRANSA, &first, sizeof first));
-  ZS_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(call.desc, CUBLASLT_MATMUL_DESC_TRANSB, &second, sizeof second));
-  const cublasLtEpilogue_t epilogue = p.relu ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_BIAS;
-  ZS_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(call.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof epilogue));
+  const LtKey key{static_cast<int>(p.ta), static_cast<int>(p.tb), p.m, p.n, p.k, p.relu ? 1 : 0,
+                  static_cast<int>(precision_)};
+  std::lock_guard<std::mutex> lock(impl_->lt_mutex);
+  auto& slot = impl_->lt_calls[key];
+  if (!slot) {
+    auto made = std::make_unique<LtCall>();
+    LtCall& call = *made;
+    ZS_CUBLAS_CHECK(cublasLtMatmulDescCreate(&call.desc, compute(precision_), CUDA_R_32F));
+    const cublasOperation_t first = op(p.tb), second = op(p.ta);
+    ZS_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(call.desc, CUBLASLT_MATMUL_DESC_TRANSA, &first, sizeof first));
+    ZS_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(call.desc, CUBLASLT_MATMUL_DESC_TRANSB, &second, sizeof second));
+    const cublasLtEpilogue_t epilogue = p.relu ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_BIAS;
+    ZS_CUBLAS_CHECK(
+        cublasLtMatmulDescSetAttribute(call.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof epilogue));
+    const void* bias = p.bias;
+    ZS_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(call.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
+    // Stored (column-major) shapes: our row-major X [r, c] is Xᵀ [c, r] with leading dimension c.
+    const bool b_n = p.tb == Trans::N, a_n = p.ta == Trans::N;
+    ZS_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&call.a, CUDA_R_32F, b_n ? p.n : p.k, b_n ? p.k : p.n, p.ldb()));
+    ZS_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&call.b, CUDA_R_32F, a_n ? p.k : p.m, a_n ? p.m : p.k, p.lda()));
+    ZS_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&call.c, CUDA_R_32F, p.n, p.m, p.n));
+    ZS_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&call.pref));
+    const std::size_t ws = Impl::kWorkspaceBytes;
+    ZS_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(call.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
+                                                         sizeof ws));
+    int found = 0;
+    ZS_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(impl_->lt, call.desc, call.a, call.b, call.c, call.c, call.pref,
+                                                   1, &call.best, &found));
+    require(found >= 1, "gemm with bias: cuBLASLt has no algorithm for [", p.m, ", ", p.k, "]·[", p.k, ", ", p.n,
+            "] with a ", p.relu ? "ReLU+bias" : "bias", " epilogue; expected at least one");
+    slot = std::move(made);
+  }
+  LtCall& call = *slot;
   const void* bias = p.bias;
   ZS_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(call.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
-  // Stored (column-major) shapes: our row-major X [r, c] is Xᵀ [c, r] with leading dimension c.
-  const bool b_n = p.tb == Trans::N, a_n = p.ta == Trans::N;
-  ZS_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&call.a, CUDA_R_32F, b_n ? p.n : p.k, b_n ? p.k : p.n, p.ldb()));
-  ZS_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&call.b, CUDA_R_32F, a_n ? p.k : p.m, a_n ? p.m : p.k, p.lda()));
-  ZS_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&call.c, CUDA_R_32F, p.n, p.m, p.n));
-  ZS_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&call.pref));
   const std::size_t ws = Impl::kWorkspaceBytes;
-  ZS_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(call.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
-                                                       sizeof ws));
-  cublasLtMatmulHeuristicResult_t best{};
-  int found = 0;
-  ZS_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(impl_->lt, call.desc, call.a, call.b, call.c, call.c, call.pref, 1,
-                                                 &best, &found));
-  require(found >= 1, "gemm with bias: cuBLASLt has no algorithm for [", p.m, ", ", p.k, "]·[", p.k, ", ", p.n,
-          "] with a ", p.relu ? "ReLU+bias" : "bias", " epilogue; expected at least one");
   const float one = 1.f, zero = 0.f;
   // The workspace is the cuBLAS handle's: both run in stream order on the same stream.
   ZS_CUBLAS_CHECK(cublasLtMatmul(impl_->lt, call.desc, &one, p.b, call.a, p.a, call.b, &zero, p.c, call.c, p.c,
-                                 call.c, &best.algo, impl_->workspace, ws, impl_->stream));
+                                 call.c, &call.best.algo, impl_->workspace, ws, impl_->stream));
 }
 
 }  // namespace zs
