@@ -205,15 +205,17 @@ BENCHMARK(BM_StepAllReduce)
 
 // The graph-replayed step with the C51 term as one fused kernel (losses/c51_fused.hpp) against
 // the launch plans. Args: fused (0: plans; 1: a launch per phase; 2: one persistent launch),
-// teams per multiprocessor of the persistent launch, batch, trunk width, head width,
-// auxiliaries (7 or 0). Counters: graph nodes, the fused kernel's launches and phases.
+// teams per multiprocessor of the persistent launch, split-K's chunks per split (0: no split;
+// FusedOptions::split_chunks), batch, trunk width, head width, auxiliaries (7 or 0). Counters:
+// graph nodes, the fused kernel's launches, phases and split products.
 void BM_StepFused(benchmark::State& state) {
-  const zs::Config c = aux_config(static_cast<int>(state.range(3)), static_cast<int>(state.range(4)), state.range(5));
+  const zs::Config c = aux_config(static_cast<int>(state.range(4)), static_cast<int>(state.range(5)), state.range(6));
   zs::TrainerOptions opt;
   opt.fused_step = state.range(0) != 0;
   opt.fused.mode = state.range(0) == 2 ? zs::PhasedMode::persistent : zs::PhasedMode::launches;
   opt.fused.teams_per_sm = static_cast<int>(state.range(1));
-  opt.batch_size = static_cast<int>(state.range(2));
+  opt.fused.split_chunks = static_cast<int>(state.range(2));
+  opt.batch_size = static_cast<int>(state.range(3));
   zs::Trainer t(c, opt);
   if (opt.fused_step && !t.fused()) {
     state.SkipWithError(("the fused step is off: " + t.fused_off_reason()).c_str());
@@ -226,20 +228,24 @@ void BM_StepFused(benchmark::State& state) {
     state.counters["fused_launches"] = t.fused_kernel()->launches();
     state.counters["fused_phases"] = t.fused_kernel()->phases();
     state.counters["fused_teams"] = t.fused_kernel()->teams();
+    state.counters["split_jobs"] = t.fused_kernel()->split_jobs();
   }
 }
 BENCHMARK(BM_StepFused)
-    ->ArgNames({"fused", "tpsm", "B", "width", "heads", "aux"})
-    ->Args({0, 1, 256, 256, 128, 0})
-    ->Args({1, 1, 256, 256, 128, 0})
-    ->Args({2, 1, 256, 256, 128, 0})
-    ->Args({2, 2, 256, 256, 128, 0})
-    ->Args({0, 1, 256, 256, 128, 7})
-    ->Args({2, 2, 256, 256, 128, 7})
-    ->Args({0, 1, 4096, 512, 256, 0})
-    ->Args({1, 1, 4096, 512, 256, 0})
-    ->Args({2, 1, 4096, 512, 256, 0})
-    ->Args({2, 2, 4096, 512, 256, 0})
+    ->ArgNames({"fused", "tpsm", "split", "B", "width", "heads", "aux"})
+    ->Args({0, 1, 0, 256, 256, 128, 0})
+    ->Args({1, 1, 0, 256, 256, 128, 0})
+    ->Args({1, 1, 1, 256, 256, 128, 0})
+    ->Args({1, 1, 2, 256, 256, 128, 0})
+    ->Args({1, 1, 4, 256, 256, 128, 0})
+    ->Args({2, 2, 0, 256, 256, 128, 0})
+    ->Args({2, 2, 2, 256, 256, 128, 0})
+    ->Args({0, 1, 0, 256, 256, 128, 7})
+    ->Args({1, 1, 2, 256, 256, 128, 7})
+    ->Args({0, 1, 0, 4096, 512, 256, 0})
+    ->Args({1, 1, 0, 4096, 512, 256, 0})
+    ->Args({1, 1, 2, 4096, 512, 256, 0})
+    ->Args({2, 2, 2, 4096, 512, 256, 0})
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 

@@ -78,11 +78,14 @@ nlohmann::json with_every_auxiliary(nlohmann::json j) {
   return j;
 }
 
-zs::TrainerOptions fused_options(int B, zs::PhasedMode mode = zs::PhasedMode::persistent) {
+// Split-K as fine as it goes (every product of two chunks or more), so that these small nets
+// take the split path in every phase that has one; split_chunks = 0 is the unsplit path.
+zs::TrainerOptions fused_options(int B, zs::PhasedMode mode = zs::PhasedMode::persistent, int split_chunks = 1) {
   zs::TrainerOptions o;
   o.batch_size = B;
   o.fused_step = true;
   o.fused.mode = mode;
+  o.fused.split_chunks = split_chunks;
   return o;
 }
 
@@ -198,11 +201,18 @@ TEST(FusedC51, OneStepMatchesTheLaunchPlans) {
   const auto seed = zs::test::fresh_seed();
   SCOPED_TRACE(testing::Message() << "seed " << seed);
   const int B = 37;
+  for (const int split_chunks : {1, 0})
   for (const auto& j : {small_net(seed), odd_net(seed)}) {
-    SCOPED_TRACE(j.dump());
+    SCOPED_TRACE(testing::Message() << "split_chunks " << split_chunks << ", " << j.dump());
     const auto c = zs::Config::from_json(j);
-    zs::Trainer fused(c, fused_options(B)), plans(c, plan_options(B));
+    zs::Trainer fused(c, fused_options(B, zs::PhasedMode::persistent, split_chunks)), plans(c, plan_options(B));
     ASSERT_TRUE(fused.fused()) << fused.fused_off_reason();
+    // B = 37 rows are two chunks: every weight gradient splits, or none does.
+    if (split_chunks == 0) {
+      EXPECT_EQ(fused.fused_kernel()->split_jobs(), 0);
+    } else {
+      EXPECT_GE(fused.fused_kernel()->split_jobs(), static_cast<int>(c.trunk.size() + 1 + c.branches.size()));
+    }
     ASSERT_FALSE(plans.fused());
     ASSERT_NE(fused.term_as<zs::C51Term>("c51")->fused(), nullptr);
     const auto hb = zs::random_batch(c, B, seed + 5);

@@ -71,10 +71,12 @@ TEST(TileProduct, EveryLayoutSegmentAndEpilogueMatchesADoubleReference) {
       {97, 41, {256}, true, false, false, false, true, true, true},
       {33, 100, {5, 77}, true, true, true, true, false, true, true},
   };
+  // Unsplit, and split-K as fine as it goes (each chunk its own tile, the last adding them up).
+  for (const int split_chunks : {0, 1})
   for (std::size_t ci = 0; ci < cases.size(); ++ci) {
     const Case& cs = cases[ci];
     const auto seed = zs::test::fresh_seed();
-    SCOPED_TRACE(testing::Message() << "case " << ci << ", seed " << seed);
+    SCOPED_TRACE(testing::Message() << "case " << ci << ", split_chunks " << split_chunks << ", seed " << seed);
     std::vector<Operand> as, bs;
     for (std::size_t s = 0; s < cs.ks.size(); ++s) {
       as.emplace_back(cs.m, cs.ks[s], cs.a_t, cs.pad, seed + 10 * s + 1);
@@ -112,7 +114,13 @@ TEST(TileProduct, EveryLayoutSegmentAndEpilogueMatchesADoubleReference) {
     b.phase();
     b.product(job, segs);
     zs::Stream stream;
-    b.build({}, 0, {}).enqueue(stream.exec());
+    zs::FusedOptions o;
+    o.split_chunks = split_chunks;
+    const zs::FusedKernel k = b.build({}, 0, o);
+    int chunks = 0;
+    for (int kk : cs.ks) chunks += (kk + 31) / 32;
+    EXPECT_EQ(k.split_jobs(), split_chunks > 0 && chunks > 1 ? 1 : 0);
+    for (int rep = 0; rep < 2; ++rep) k.enqueue(stream.exec());  // the arrival counts start again at 0
     stream.synchronize();
     const auto got = zs::test::to_host(out), got_sums = zs::test::to_host(sums);
 
@@ -167,6 +175,8 @@ TEST(TileProduct, ChainedPhasesRunPersistentOrAsLaunchesWithTheSameBits) {
   const auto w2 = zs::test::to_device(zs::test::random_normal(std::size_t(W2) * W1, seed + 3, 0.1f));
   const auto w3 = zs::test::to_device(zs::test::random_normal(std::size_t(W3) * W2, seed + 4, 0.1f));
   std::vector<std::vector<float>> results;
+  std::vector<int> splits_of;
+  for (const int split_chunks : {0, 1, 2})
   for (const auto mode : {zs::PhasedMode::launches, zs::PhasedMode::persistent}) {
     for (const int teams_per_sm : {1, 2}) {
       zs::DeviceFloats y1("zs::test::y1", std::size_t(R) * W1), y2("zs::test::y2", std::size_t(R) * W2),
@@ -187,7 +197,10 @@ TEST(TileProduct, ChainedPhasesRunPersistentOrAsLaunchesWithTheSameBits) {
       zs::FusedOptions o;
       o.mode = mode;
       o.teams_per_sm = teams_per_sm;
+      o.split_chunks = split_chunks;
       const zs::FusedKernel k = b.build({}, 0, o);
+      // k = 96 (3 chunks) and 70 (3): both split unless split_chunks is 0.
+      EXPECT_EQ(k.split_jobs(), split_chunks == 0 ? 0 : 2);
       if (zs::kCanPersist && mode == zs::PhasedMode::persistent) {
         EXPECT_GE(k.teams(), 1);
         EXPECT_EQ(k.launches(), 1);
@@ -199,9 +212,12 @@ TEST(TileProduct, ChainedPhasesRunPersistentOrAsLaunchesWithTheSameBits) {
       for (int rep = 0; rep < 3; ++rep) k.enqueue(stream.exec());  // replays reuse the barrier's state
       stream.synchronize();
       results.push_back(zs::test::to_host(y3));
+      splits_of.push_back(split_chunks);
     }
   }
-  for (std::size_t i = 1; i < results.size(); ++i) EXPECT_TRUE(zs::test::same_bits(results[0], results[i])) << i;
+  // The same bits within a split (the modes, the teams); across splits only the rounding moves.
+  for (std::size_t i = 1; i < results.size(); ++i)
+    if (splits_of[i] == splits_of[i - 1]) EXPECT_TRUE(zs::test::same_bits(results[i - 1], results[i])) << i;
   // And the chain's values against double loops.
   const auto hx = zs::test::to_host(x), hw1 = zs::test::to_host(w1), hb1 = zs::test::to_host(b1);
   const auto hw2 = zs::test::to_host(w2), hw3 = zs::test::to_host(w3);
@@ -218,16 +234,19 @@ TEST(TileProduct, ChainedPhasesRunPersistentOrAsLaunchesWithTheSameBits) {
       y2[r * W2 + o] = s;
     }
   }
-  double err = 0, norm = 0;
-  for (int r = 0; r < R; ++r)
-    for (int o = 0; o < W3; ++o) {
-      double s = 0;
-      for (int k = 0; k < W2; ++k) s += y2[r * W2 + k] * hw3[o * W2 + k];
-      s = s < 0 ? 0 : s;
-      err += (results[0][r * W3 + o] - s) * (results[0][r * W3 + o] - s);
-      norm += s * s;
-    }
-  EXPECT_LT(std::sqrt(err / norm), zs::WarpTile<zs::ExecSpace>::kRoundsToTf32 ? 3e-3 : 1e-5);
+  for (std::size_t i = 0; i < results.size(); ++i) {
+    double err = 0, norm = 0;
+    for (int r = 0; r < R; ++r)
+      for (int o = 0; o < W3; ++o) {
+        double s = 0;
+        for (int k = 0; k < W2; ++k) s += y2[r * W2 + k] * hw3[o * W2 + k];
+        s = s < 0 ? 0 : s;
+        err += (results[i][r * W3 + o] - s) * (results[i][r * W3 + o] - s);
+        norm += s * s;
+      }
+    EXPECT_LT(std::sqrt(err / norm), zs::WarpTile<zs::ExecSpace>::kRoundsToTf32 ? 3e-3 : 1e-5)
+        << "split_chunks " << splits_of[i];
+  }
 }
 
 TEST(TileProduct, BadJobsAreClearErrors) {

@@ -44,8 +44,11 @@ struct FusedProgram {
     switch (static_cast<FusedTileKind>(x.kind)) {
       case FusedTileKind::product: {
         const ProductJob job = jobs(x.job);
-        TileProduct<Exec>::run(team, static_cast<float*>(scratch), job, segments.data(), local / job.tiles_n,
-                               local % job.tiles_n);
+        // The splits of one output tile are neighbours: they run at about the same time, so the
+        // last one finds the others' partials still in L2.
+        const int per_row = job.tiles_n * job.splits, rest = local % per_row;
+        TileProduct<Exec>::run(team, static_cast<float*>(scratch), job, segments.data(), local / per_row,
+                               rest / job.splits, rest % job.splits);
         break;
       }
       case FusedTileKind::dueling:

@@ -12,6 +12,7 @@
 
 #include "backends/backend.hpp"
 #include "backends/warp_tile.hpp"
+#include "kernels/last_team.hpp"
 
 namespace zs::kernels {
 
@@ -44,8 +45,17 @@ struct ProductJob {
   const float* mask = nullptr;
   std::int64_t mask_ld = 0;
   float* row_sums = nullptr;
-  int tiles_n = 0;  // column tiles; a job has tiles_m · tiles_n tiles
+  int tiles_n = 0;  // column tiles; a job has tiles_m · tiles_n · splits tiles
   int tiles_m = 0;
+  // Split-K: each output tile's k chunks (`chunks` of them, over all segments) shared by
+  // `splits` tiles. With splits > 1 each stores its partial sums (kPartialFloats a tile, at
+  // partials + ((tm·tiles_n + tn)·splits + split)·kPartialFloats) and counts itself done at
+  // counters[tm·tiles_n + tn]; the last to arrive adds the partials in split order and runs the
+  // epilogue, so the result is the same bits whichever split finishes last.
+  int splits = 1;
+  int chunks = 0;
+  float* partials = nullptr;
+  int* counters = nullptr;
 };
 
 template <class Exec>
@@ -69,6 +79,18 @@ struct TileProduct {
   static constexpr int kStages = 3;  // chunks in scratch at once: 42 KiB
   static constexpr std::size_t kScratchBytes = sizeof(float) * kStages * kStageFloats;
   static constexpr int kRowSumsPerThread = kHost ? kM : 1;
+  // A split's partial: the accumulators as every thread holds them, then the row sums.
+  static constexpr int kAccFloats = static_cast<int>(sizeof(Tile::c) / sizeof(float));
+  static constexpr int kPartialFloats = kM * kN + kM;
+  static_assert(kSlots * 4 * kAccFloats * kThreads == kM * kN, "a partial holds the tile's accumulators");
+
+  // Chunks of kK in a segment of length k.
+  KOKKOS_INLINE_FUNCTION static int chunks_of(int k) { return (k + kK - 1) / kK; }
+  // Split `split` of `splits` takes chunks [first, first + count) of `chunks`.
+  KOKKOS_INLINE_FUNCTION static void split_range(int chunks, int splits, int split, int& first, int& count) {
+    first = static_cast<int>(static_cast<long long>(chunks) * split / splits);
+    count = static_cast<int>(static_cast<long long>(chunks) * (split + 1) / splits) - first;
+  }
 
   KOKKOS_INLINE_FUNCTION static int tiles(int rows, int cols, int& tiles_m, int& tiles_n) {
     tiles_m = (rows + kM - 1) / kM;
@@ -76,15 +98,18 @@ struct TileProduct {
     return tiles_m * tiles_n;
   }
 
-  // Tile (tm, tn) of `job`; `scratch` holds kScratchBytes. Called by the whole team.
-  // The k chunks stream through kStages stages of scratch: while the tensor cores work on chunk
-  // c, chunks c + 1 .. c + kStages − 1 are on their way (cp.async on CUDA), one barrier a chunk.
+  // Split `split` of tile (tm, tn) of `job`; `scratch` holds kScratchBytes. Called by the whole
+  // team. The k chunks stream through kStages stages of scratch: while the tensor cores work on
+  // chunk c, chunks c + 1 .. c + kStages − 1 are on their way (cp.async on CUDA), one barrier a
+  // chunk.
   template <class Member>
   KOKKOS_INLINE_FUNCTION static void run(const Member& team, float* scratch, const ProductJob& job,
-                                         const ProductSegment* segments, int tm, int tn) {
+                                         const ProductSegment* segments, int tm, int tn, int split = 0) {
     const int m0 = tm * kM, n0 = tn * kN;
     const int tid = kHost ? 0 : team.team_rank() * Tile::kVectorLength + Tile::lane();
     const bool sums = job.row_sums != nullptr && tn == 0;
+    int first = 0, count = job.chunks;
+    if (job.splits > 1) split_range(job.chunks, job.splits, split, first, count);
     Tile acc[kSlots][2][2];
     ZS_UNROLL
     for (int s = 0; s < kSlots; ++s)
@@ -97,24 +122,26 @@ struct TileProduct {
 
     // Two cursors over the chunks (segment, first k): the next to stage and the next to multiply.
     int iseg = 0, ik0 = 0;
-    first_chunk(job, segments, iseg, ik0);
-    int cseg = iseg, ck0 = ik0;
+    seek_chunk(job, segments, first, iseg, ik0);
+    int cseg = iseg, ck0 = ik0, issued = 0;
     ZS_UNROLL
     for (int st = 0; st + 1 < kStages; ++st) {
-      if (iseg < job.segs) {
+      if (issued < count) {
         issue(scratch + st * kStageFloats, segments[job.seg0 + iseg], m0, n0, job, ik0, tid);
         next_chunk(job, segments, iseg, ik0);
+        ++issued;
       }
       Tile::commit_copies();  // empty groups too: the wait below counts groups
     }
     int buf = 0;
-    while (cseg < job.segs) {
+    for (int done = 0; done < count; ++done) {
       Tile::template wait_copies<kStages - 2>();  // chunk `buf` has landed (this thread's part) …
       team.team_barrier();  // … everyone's, and every thread is done with the stage refilled next
-      if (iseg < job.segs) {
+      if (issued < count) {
         const int to = buf + kStages - 1 < kStages ? buf + kStages - 1 : buf - 1;
         issue(scratch + to * kStageFloats, segments[job.seg0 + iseg], m0, n0, job, ik0, tid);
         next_chunk(job, segments, iseg, ik0);
+        ++issued;
       }
       Tile::commit_copies();
       multiply(team, scratch + buf * kStageFloats, segments[job.seg0 + cseg], acc, sums, rsum, tid);
@@ -122,6 +149,15 @@ struct TileProduct {
       buf = buf + 1 < kStages ? buf + 1 : 0;
     }
     Tile::template wait_copies<0>();
+    if (job.splits > 1) {
+      const int tile = tm * job.tiles_n + tn;
+      float* const mine = job.partials + (static_cast<std::int64_t>(tile) * job.splits + split) * kPartialFloats;
+      store_partial(mine, acc, sums, rsum, tid);
+      if (!finished_last(team, job.counters + tile, job.splits)) return;
+      const float* const all = job.partials + static_cast<std::int64_t>(tile) * job.splits * kPartialFloats;
+      add_partials(all, job.splits, acc, sums, rsum, tid);
+      if (tid == 0) job.counters[tile] = 0;  // for the next launch (a graph replay)
+    }
     epilogue(team, job, acc, m0, n0);
     if (sums) {
       for (int r = 0; r < kRowSumsPerThread; ++r) {
@@ -134,11 +170,67 @@ struct TileProduct {
  private:
   KOKKOS_INLINE_FUNCTION static bool k_major(const ProductOperand& o) { return o.k_stride != 1; }
 
-  KOKKOS_INLINE_FUNCTION static void first_chunk(const ProductJob& job, const ProductSegment* segments, int& seg,
-                                                 int& k0) {
+  // The cursor at chunk `c` of the job's sequence (segment by segment, kK at a time).
+  KOKKOS_INLINE_FUNCTION static void seek_chunk(const ProductJob& job, const ProductSegment* segments, int c, int& seg,
+                                                int& k0) {
     seg = 0;
     k0 = 0;
-    while (seg < job.segs && segments[job.seg0 + seg].k == 0) ++seg;
+    while (seg < job.segs) {
+      const int n = chunks_of(segments[job.seg0 + seg].k);
+      if (c < n) {
+        k0 = c * kK;
+        return;
+      }
+      c -= n;
+      ++seg;
+    }
+  }
+
+  // A split's accumulators and row sums to its partial, each thread's own values where the same
+  // thread of the last split reads them back.
+  KOKKOS_INLINE_FUNCTION static void store_partial(float* p, const Tile (&acc)[kSlots][2][2], bool sums,
+                                                   const float* rsum, int tid) {
+    ZS_UNROLL
+    for (int s = 0; s < kSlots; ++s)
+      ZS_UNROLL
+      for (int i = 0; i < 2; ++i)
+        ZS_UNROLL
+        for (int j = 0; j < 2; ++j)
+          ZS_UNROLL
+          for (int e = 0; e < kAccFloats; ++e)
+            p[((((s * 2 + i) * 2 + j) * kAccFloats + e) * kThreads) + tid] = acc[s][i][j].c[e];
+    if (sums)
+      for (int r = 0; r < kRowSumsPerThread; ++r) {
+        const int row = kHost ? r : tid;
+        if (row < kM) p[kM * kN + row] = rsum[r];
+      }
+  }
+
+  // acc and rsum become the sum of every split's partial, added in split order. The partials
+  // were stored by other teams of this launch: loads that bypass L1.
+  KOKKOS_INLINE_FUNCTION static void add_partials(const float* all, int splits, Tile (&acc)[kSlots][2][2], bool sums,
+                                                  float* rsum, int tid) {
+    ZS_UNROLL
+    for (int s = 0; s < kSlots; ++s)
+      ZS_UNROLL
+      for (int i = 0; i < 2; ++i)
+        ZS_UNROLL
+        for (int j = 0; j < 2; ++j)
+          ZS_UNROLL
+          for (int e = 0; e < kAccFloats; ++e) {
+            const int at = ((((s * 2 + i) * 2 + j) * kAccFloats + e) * kThreads) + tid;
+            float v = Tile::load_shared(all + at);
+            for (int k = 1; k < splits; ++k) v += Tile::load_shared(all + static_cast<std::int64_t>(k) * kPartialFloats + at);
+            acc[s][i][j].c[e] = v;
+          }
+    if (sums)
+      for (int r = 0; r < kRowSumsPerThread; ++r) {
+        const int row = kHost ? r : tid;
+        if (row >= kM) continue;
+        float v = Tile::load_shared(all + kM * kN + row);
+        for (int k = 1; k < splits; ++k) v += Tile::load_shared(all + static_cast<std::int64_t>(k) * kPartialFloats + kM * kN + row);
+        rsum[r] = v;
+      }
   }
   KOKKOS_INLINE_FUNCTION static void next_chunk(const ProductJob& job, const ProductSegment* segments, int& seg,
                                                 int& k0) {

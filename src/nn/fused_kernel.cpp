@@ -90,26 +90,74 @@ FusedKernel FusedBuilder::build(FusedProgramOnDevice program, std::size_t scratc
   require(!phase_tiles_.empty(), "FusedBuilder: no phases");
   require(scratch_bytes <= kFusedScratchBudget, "FusedBuilder: ", scratch_bytes,
           " bytes of team scratch; the budget is ", kFusedScratchBudget);
+  require(options.split_chunks >= 0 && options.split_tiles >= 1, "FusedBuilder: split_chunks = ",
+          options.split_chunks, ", split_tiles = ", options.split_tiles, "; expected at least 0 and 1");
   using MS = ExecSpace::memory_space;
+  FusedKernel k;
+  // Split-K: each job's chunks and splits, the workspace they need, then every phase's tiles
+  // counted again (a split job has splits tiles per output tile).
+  std::vector<kernels::ProductJob> jobs = jobs_;
+  std::int64_t partial_floats = 0, counters = 0;
+  for (auto& j : jobs) {
+    j.chunks = 0;
+    for (int s = 0; s < j.segs; ++s) j.chunks += Product::chunks_of(segments_[j.seg0 + s].k);
+    const int tiles = j.tiles_m * j.tiles_n;
+    j.splits = 1;
+    if (options.split_chunks > 0 && j.chunks > options.split_chunks) {
+      const int by_chunks = (j.chunks + options.split_chunks - 1) / options.split_chunks;
+      j.splits = std::max(1, std::min(by_chunks, options.split_tiles / tiles));
+    }
+    if (j.splits > 1) {
+      partial_floats += static_cast<std::int64_t>(tiles) * j.splits * Product::kPartialFloats;
+      counters += tiles;
+      ++k.split_jobs_;
+    }
+  }
+  if (k.split_jobs_ > 0) {
+    k.partials_ = DeviceFloats("zs::fused::split_partials", static_cast<std::size_t>(partial_floats));
+    k.counters_ = Kokkos::View<int*, MemSpace>("zs::fused::split_counters", static_cast<std::size_t>(counters));
+    std::int64_t at = 0, c = 0;
+    for (auto& j : jobs) {
+      if (j.splits < 2) continue;
+      const int tiles = j.tiles_m * j.tiles_n;
+      j.partials = k.partials_.data() + at;
+      j.counters = k.counters_.data() + c;
+      at += static_cast<std::int64_t>(tiles) * j.splits * Product::kPartialFloats;
+      c += tiles;
+    }
+  }
+  std::vector<kernels::FusedItem> items = items_;
+  std::vector<int> phase_tiles(phase_tiles_.size(), 0);
+  for (std::size_t p = 0; p < phase_tiles.size(); ++p) {
+    const std::size_t end = p + 1 < phase_item_.size() ? static_cast<std::size_t>(phase_item_[p + 1]) : items.size();
+    for (std::size_t i = static_cast<std::size_t>(phase_item_[p]); i < end; ++i) {
+      auto& it = items[i];
+      if (it.kind == static_cast<int>(kernels::FusedTileKind::product)) {
+        const auto& j = jobs[static_cast<std::size_t>(it.job)];
+        it.tiles = j.tiles_m * j.tiles_n * j.splits;
+      }
+      it.tile0 = phase_tiles[p];
+      phase_tiles[p] += it.tiles;
+    }
+  }
   // Kokkos refuses empty tables' device copies no more than full ones; one dummy entry keeps a
   // table that has no entry a valid pointer.
-  auto jobs = jobs_.empty() ? std::vector<kernels::ProductJob>(1) : jobs_;
+  if (jobs.empty()) jobs.resize(1);
   auto segments = segments_.empty() ? std::vector<kernels::ProductSegment>(1) : segments_;
   program.jobs = device_table<MS>("zs::fused::jobs", jobs);
   program.segments = device_table<MS>("zs::fused::segments", segments);
-  program.items = device_table<MS>("zs::fused::items", items_);
+  program.items = device_table<MS>("zs::fused::items", items);
   program.n_phases = phases();
   for (int p = 0; p < phases(); ++p) {
     program.phase_item[p] = phase_item_[p];
-    program.phase_tiles[p] = phase_tiles_[p];
+    program.phase_tiles[p] = phase_tiles[p];
   }
-  program.phase_item[phases()] = static_cast<int>(items_.size());
-  FusedKernel k;
+  program.phase_item[phases()] = static_cast<int>(items.size());
   k.program_ = program;
   k.shape_ = {Product::kTeamSize, WarpTile<ExecSpace>::kVectorLength, std::max(scratch_bytes, Product::kScratchBytes)};
   k.mode_ = kCanPersist ? options.mode : PhasedMode::launches;
   if (k.mode_ == PhasedMode::persistent) {
-    const int widest = *std::max_element(phase_tiles_.begin(), phase_tiles_.end());
+    const int widest = *std::max_element(phase_tiles.begin(), phase_tiles.end());
     k.teams_ = std::max(1, std::min(persistent_grid_teams(options.teams_per_sm), widest));
   }
   return k;

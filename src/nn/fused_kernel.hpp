@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "backends/backend.hpp"
 #include "backends/grid_barrier.hpp"
 #include "backends/phased_launch.hpp"
 #include "core/config.hpp"
@@ -22,6 +23,13 @@ struct FusedOptions {
   int teams_per_sm = 2;
   // Rows of the dueling head per tile (1 to what fits the scratch budget).
   int dueling_rows = 1;
+  // Split-K: a product of fewer than split_tiles output tiles has each tile's k chunks shared
+  // by up to split_tiles / tiles teams, each taking at least split_chunks chunks (0: never
+  // split). A phase's chain is then a few chunks long instead of the whole reduction (at B = 256
+  // the value stream's weight gradient was 24 chunks in 4 tiles), at the price of the partials'
+  // stores and the last team's loads. The same splits on every backend.
+  int split_chunks = 2;
+  int split_tiles = 512;
 };
 
 using FusedProgramOnDevice = kernels::FusedProgram<ExecSpace>;
@@ -69,6 +77,8 @@ class FusedKernel {
   // The persistent launch's teams; 0 when the phases are separate launches.
   int teams() const { return teams_; }
   int launches() const;  // per enqueue()
+  // Product jobs whose k is split, and the tiles of all products after splitting.
+  int split_jobs() const { return split_jobs_; }
   std::size_t scratch_bytes() const { return shape_.scratch_bytes; }
 
  private:
@@ -77,7 +87,10 @@ class FusedKernel {
   PhasedShape shape_;
   PhasedMode mode_ = PhasedMode::launches;
   int teams_ = 0;
+  int split_jobs_ = 0;
   GridBarrierState barrier_;
+  DeviceFloats partials_;                  // split-K partial sums
+  Kokkos::View<int*, MemSpace> counters_;  // split-K arrivals, one per split output tile
 };
 
 }  // namespace zs
