@@ -1,8 +1,6 @@
-// µs per batched spectral-norm call (all 10 weight matrices of the reference config), directly
-// launched and as graph replays, with the three passes as one persistent launch (persistent:1,
-// the default where the backend can keep a league resident) or three launches (persistent:0).
-// σ_max = 1 with N(0, 0.1²) weights, so the scaling pass runs (σ₁ of the 256-wide layers
-// starts near 3 and creeps back above 1).
+// µs per batched spectral-norm call (all 10 weight matrices of the reference config, three
+// launches), directly launched and as graph replays. σ_max = 1 with N(0, 0.1²) weights, so the
+// scaling pass runs (σ₁ of the 256-wide layers starts near 3 and creeps back above 1).
 #include <benchmark/benchmark.h>
 
 #include <cstddef>
@@ -25,27 +23,22 @@ void fill_weights(const zs::ParamLayout& layout, const zs::DeviceFloats& params)
   Kokkos::deep_copy(params, h);
 }
 
-zs::PhasedMode mode_of(const benchmark::State& state) {
-  return state.range(0) != 0 ? zs::PhasedMode::persistent : zs::PhasedMode::launches;
-}
-
 void BM_SpectralNorm(benchmark::State& state) {
   const zs::ParamLayout layout{zs::Config{}};
   zs::ParamBuffer params(layout, "params");
   fill_weights(layout, params.flat());
-  const zs::SpectralNorm sn(layout, 1.f, 1, mode_of(state));
+  const zs::SpectralNorm sn(layout, 1.f, 1);
   zs::Stream stream;
   zs::bench::time_on_stream(state, stream, [&] { sn.apply(stream.exec(), params.flat()); });
   state.counters["matrices"] = sn.matrices();
-  state.counters["launches"] = sn.launches();
 }
-BENCHMARK(BM_SpectralNorm)->ArgName("persistent")->Arg(0)->Arg(1)->UseManualTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_SpectralNorm)->UseManualTime()->Unit(benchmark::kMicrosecond);
 
 void BM_SpectralNormGraphReplay(benchmark::State& state) {
   const zs::ParamLayout layout{zs::Config{}};
   zs::ParamBuffer params(layout, "params");
   fill_weights(layout, params.flat());
-  const zs::SpectralNorm sn(layout, 1.f, 1, mode_of(state));
+  const zs::SpectralNorm sn(layout, 1.f, 1);
   zs::Stream stream;
   auto body = [&] { sn.apply(stream.exec(), params.flat()); };
   body();
@@ -53,8 +46,7 @@ void BM_SpectralNormGraphReplay(benchmark::State& state) {
   zs::Graph graph;
   graph.capture(stream, body);
   zs::bench::time_on_stream(state, stream, [&] { graph.replay(stream); });
-  state.counters["launches"] = sn.launches();
 }
-BENCHMARK(BM_SpectralNormGraphReplay)->ArgName("persistent")->Arg(0)->Arg(1)->UseManualTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_SpectralNormGraphReplay)->UseManualTime()->Unit(benchmark::kMicrosecond);
 
 }  // namespace

@@ -15,7 +15,7 @@
 // host reference in double that agrees to ~1e-7); u, v and W stay float in memory, the
 // intermediate Wᵀu and W v stay double (in the plan's scratch buffers).
 //
-// Three passes, each spreading all matrices over many teams. One team per matrix left most
+// Three launches, each spreading all matrices over many teams. One team per matrix left most
 // of a GPU idle (10 teams for the reference net on 132 SMs) and made each team walk a whole
 // matrix twice in series. The passes meet only through global memory, so each is split where
 // its own data allows:
@@ -29,14 +29,7 @@
 // more to share it: they are a few hundred numbers. All sums run in a fixed order and all
 // teams of a launch have the same shape, so those teams agree bit for bit: each can decide
 // alone whether to scale, and two identical calls give identical results.
-//
-// The passes run as three launches, or (where the backend can keep a whole league resident,
-// and the plan asks for it) as one persistent launch whose teams take each pass's chunks in
-// turn and meet at a grid barrier between passes (backends/phased_launch.hpp): the same teams'
-// work in the same order, so the same bits. Each pass is a few µs of work behind a launch's
-// latency, so two launches fewer are most of its cost.
 #pragma once
-#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -45,10 +38,8 @@
 #include <vector>
 
 #include "backends/backend.hpp"
-#include "backends/grid_barrier.hpp"
-#include "backends/host_copy.hpp"
-#include "backends/phased_launch.hpp"
 #include "core/error.hpp"
+#include "backends/host_copy.hpp"
 #include "kernels/math.hpp"
 
 namespace zs::kernels {
@@ -214,23 +205,14 @@ struct SpectralNormPlan {
   Kokkos::View<const SpectralNormChunk*, Mem> column_chunks, row_chunks, element_chunks;
   Kokkos::View<double*, Mem> partials;  // pass 1 → 2: per-slab Wᵀu
   Kokkos::View<double*, Mem> u_raw;     // pass 2 → 3: W v at u's offsets, the u/v buffer's layout
-  // One persistent launch of this many teams, or 0: three launches.
-  int persistent_teams = 0;
-  GridBarrierState barrier;  // the persistent launch's; no other launch shares it
 };
-
-// Teams per multiprocessor of the persistent launch. One, because every team must be resident
-// at once and one block of 8 warps fits whatever registers the compiler gives it; the reference
-// net's passes have at most 148 chunks, so on 132 SMs a few teams take two.
-inline constexpr int kSpectralNormTeamsPerSm = 1;
 
 
 template <class Exec>
 SpectralNormPlan<typename Exec::memory_space> make_spectral_norm_plan(
     const std::vector<SpectralNormDesc>& descs,
     const SpectralNormGeometry& geometry =
-        SpectralNormShape<typename Exec::memory_space>::geometry(),
-    PhasedMode mode = PhasedMode::persistent) {
+        SpectralNormShape<typename Exec::memory_space>::geometry()) {
   using Mem = typename Exec::memory_space;
   const SpectralNormTables t = spectral_norm_tables(descs, geometry);
   SpectralNormPlan<Mem> p;
@@ -246,11 +228,6 @@ SpectralNormPlan<typename Exec::memory_space> make_spectral_norm_plan(
                                           static_cast<std::size_t>(t.partials_size));
   p.u_raw = Kokkos::View<double*, Mem>(std::string("zs::spectral_norm::u_raw"),
                                        static_cast<std::size_t>(t.vectors_size));
-  if (kCanPersist && mode == PhasedMode::persistent) {
-    const std::size_t widest = std::max(t.column_chunks.size(), std::max(t.row_chunks.size(), t.element_chunks.size()));
-    p.persistent_teams = static_cast<int>(
-        std::min<std::size_t>(widest, static_cast<std::size_t>(persistent_grid_teams(kSpectralNormTeamsPerSm))));
-  }
   return p;
 }
 
@@ -338,21 +315,15 @@ struct SpectralNormPartialWtu {
   }
 
   KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
-    run(team, team.league_rank(),
-        team.team_scratch(0).get_shmem(scratch_bytes(team.team_size(), chunk_cols)));
-  }
-
-  // Chunk `chunk` of the table; `scratch` holds scratch_bytes(team size, chunk_cols).
-  KOKKOS_INLINE_FUNCTION void run(const Member& team, int chunk, void* scratch) const {
     if (skip.data() != nullptr && skip() != 0) return;  // the same for every team: no barrier is left waiting
-    const SpectralNormChunk k = chunks(chunk);
+    const SpectralNormChunk k = chunks(team.league_rank());
     const SpectralNormMatrix m = matrices(k.matrix);
     const std::int64_t cols = m.desc.cols;
     const float* const W = params.data() + m.desc.weight_offset;
     const float* const u = uv.data() + m.desc.u_offset;
     const int threads = team.team_size();
     const int t = team.team_rank();
-    const Scratch part(static_cast<double*>(scratch), static_cast<std::size_t>(threads) * chunk_cols);
+    const Scratch part(team.team_scratch(0), static_cast<std::size_t>(threads) * chunk_cols);
     const int width = k.col1 - k.col0;
     const int blocks = (width + kColBlock - 1) / kColBlock;
 
@@ -414,19 +385,14 @@ struct SpectralNormWv {
   }
 
   KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
-    run(team, team.league_rank(), team.team_scratch(0).get_shmem(scratch_bytes(staged_cols)));
-  }
-
-  // Chunk `chunk` of the table; `scratch` holds scratch_bytes(staged_cols).
-  KOKKOS_INLINE_FUNCTION void run(const Member& team, int chunk, void* scratch) const {
     if (skip.data() != nullptr && skip() != 0) return;
-    const SpectralNormChunk k = chunks(chunk);
+    const SpectralNormChunk k = chunks(team.league_rank());
     const SpectralNormMatrix m = matrices(k.matrix);
     const std::int64_t cols = m.desc.cols;
     const float* const W = params.data() + m.desc.weight_offset;
     const double* x = partials.data() + m.partial_offset;
     if (m.slabs > 1) {  // uniform across the team: the barrier is safe
-      const Scratch staged(static_cast<double*>(scratch), static_cast<std::size_t>(staged_cols));
+      const Scratch staged(team.team_scratch(0), static_cast<std::size_t>(staged_cols));
       const double* const p = x;
       const std::int32_t slabs = m.slabs;
       Kokkos::parallel_for(Kokkos::TeamVectorRange(team, cols), [&](const std::int64_t c) {
@@ -493,11 +459,9 @@ struct SpectralNormScale {
   double sigma_max;
   Kokkos::View<const int, Mem> skip;
 
-  KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const { run(team, team.league_rank(), nullptr); }
-
-  KOKKOS_INLINE_FUNCTION void run(const Member& team, int chunk, void*) const {
+  KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
     if (skip.data() != nullptr && skip() != 0) return;
-    const SpectralNormChunk k = chunks(chunk);
+    const SpectralNormChunk k = chunks(team.league_rank());
     const SpectralNormDesc d = matrices(k.matrix).desc;
     const double* const ur = u_raw.data() + d.u_offset;
 
@@ -531,29 +495,8 @@ struct SpectralNormScale {
   }
 };
 
-// The three passes as phases of one kernel (phased_launch's functor): pass p's chunks are
-// phase p's tiles, and every team uses the same scratch, the larger of passes 1 and 2.
-template <class Exec>
-struct SpectralNormPasses {
-  using Member = typename Kokkos::TeamPolicy<Exec>::member_type;
-  SpectralNormPartialWtu<Exec> wtu;
-  SpectralNormWv<Exec> wv;
-  SpectralNormScale<Exec> scale;
-  int chunks[3] = {};
-
-  KOKKOS_INLINE_FUNCTION int phases() const { return 3; }
-  KOKKOS_INLINE_FUNCTION int tiles(int p) const { return chunks[p]; }
-  KOKKOS_INLINE_FUNCTION void tile(const Member& team, int p, int t, void* scratch) const {
-    if (p == 0) wtu.run(team, t, scratch);
-    else if (p == 1) wv.run(team, t, scratch);
-    else scale.run(team, t, scratch);
-    // The team's next chunk may overwrite the scratch this one read.
-    team.team_barrier();
-  }
-};
-
 // Enqueues one power iteration + scaling for every matrix of `plan` on `exec`: three
-// launches or one (the plan's persistent_teams), no allocation, no fence (so it can be captured into a graph). With `skip` given and
+// launches, no allocation, no fence (so it can be captured into a graph). With `skip` given and
 // set (the guard's flag, read on the device), the launches change nothing: W, u, v and σ stay. `uv_init` holds the
 // vectors u and v are reset to when a matrix is degenerate; it has the layout of `uv`. Offsets
 // in the plan are trusted (the SpectralNorm owner checks them once at construction; the
@@ -583,22 +526,6 @@ void batched_spectral_norm(const Exec& exec,
   using Policy = Kokkos::TeamPolicy<Exec, Kokkos::Schedule<Kokkos::Dynamic>>;
   const int ts = Shape::kTeamSize, vl = Shape::kVectorLength;
   const int cc = plan.geometry.chunk_cols;
-  if (plan.persistent_teams > 0) {
-    SpectralNormPasses<Exec> f{
-        {plan.matrices, plan.column_chunks, params, uv, plan.partials, cc, skip},
-        {plan.matrices, plan.row_chunks, params, plan.partials, uv, plan.u_raw, plan.staged_cols, skip},
-        {plan.matrices, plan.element_chunks, plan.u_raw, params, uv, uv_init, sigmas, static_cast<double>(sigma_max),
-         skip},
-        {static_cast<int>(plan.column_chunks.extent(0)), static_cast<int>(plan.row_chunks.extent(0)),
-         static_cast<int>(plan.element_chunks.extent(0))}};
-    PhasedShape shape;
-    shape.team_size = ts;
-    shape.vector_length = vl;
-    shape.scratch_bytes = std::max(SpectralNormPartialWtu<Exec>::scratch_bytes(ts, cc),
-                                   SpectralNormWv<Exec>::scratch_bytes(plan.staged_cols));
-    phased_launch(exec, "zs::spectral_norm", f, shape, PhasedMode::persistent, plan.persistent_teams, plan.barrier);
-    return;
-  }
   Kokkos::parallel_for(
       "zs::spectral_norm::wtu",
       Policy(exec, static_cast<int>(plan.column_chunks.extent(0)), ts, vl)

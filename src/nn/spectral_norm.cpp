@@ -37,7 +37,7 @@ void random_unit(std::vector<float>& out, std::size_t at, std::size_t n, std::ui
 
 }  // namespace
 
-SpectralNorm::SpectralNorm(const ParamLayout& layout, float sigma_max, std::uint64_t seed, PhasedMode mode)
+SpectralNorm::SpectralNorm(const ParamLayout& layout, float sigma_max, std::uint64_t seed)
     : sigma_max_(sigma_max), param_size_(layout.size()) {
   require(std::isfinite(sigma_max) && sigma_max > 0.f, "SpectralNorm: sigma_max = ", sigma_max,
           " is invalid; expected a finite number > 0");
@@ -68,8 +68,7 @@ SpectralNorm::SpectralNorm(const ParamLayout& layout, float sigma_max, std::uint
     random_unit(init, d.v_offset, d.cols, state);
   }
 
-  plan_ = kernels::make_spectral_norm_plan<ExecSpace>(
-      host_descs_, kernels::SpectralNormShape<MemSpace>::geometry(), mode);
+  plan_ = kernels::make_spectral_norm_plan<ExecSpace>(host_descs_);
 
   uv_init_ = DeviceFloats(std::string("zs::spectral_norm::uv_init"), init.size());
   auto h_init = Kokkos::create_mirror_view(uv_init_);

@@ -1,9 +1,8 @@
 // The host-side owner of batched spectral normalisation: the device table of weight-matrix
 // descriptors, the persistent power-iteration vectors u/v, and σ per matrix for monitoring.
 // Built once from a ParamLayout, with the kernels' plan (which team does which part of which
-// matrix, and the scratch between passes); apply() is one persistent launch where the backend
-// can keep a league resident (CUDA), else three launches (kernels/power_iteration.hpp says what
-// one call computes and what happens to zero, tiny and non-finite matrices).
+// matrix, and the scratch between passes); apply() is three launches (kernels/spectral_norm.hpp
+// says what one call computes and what happens to zero, tiny and non-finite matrices).
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -22,14 +21,10 @@ class SpectralNorm {
   // as unit vectors in random normal directions drawn from `seed` by a generator of our own
   // (std::normal_distribution's output differs between standard libraries), so a seed gives
   // the same vectors everywhere. Throws zs::Error when sigma_max is not a finite number > 0.
-  // `mode` launches: the three passes as three launches everywhere (for comparison; the same
-  // bits either way).
-  SpectralNorm(const ParamLayout& layout, float sigma_max, std::uint64_t seed,
-               PhasedMode mode = PhasedMode::persistent);
+  SpectralNorm(const ParamLayout& layout, float sigma_max, std::uint64_t seed);
 
   // Enqueues one power iteration + scaling of every weight matrix in `params` (a flat buffer
-  // laid out by the same ParamLayout) on `exec`. One launch or three (launches()); no
-  // allocation, no fence. With
+  // laid out by the same ParamLayout) on `exec`. Three launches; no allocation, no fence. With
   // `skip` (a device flag, e.g. the guard's) set when they run, they change nothing.
   void apply(const ExecSpace& exec, const DeviceFloats& params, Kokkos::View<const int, MemSpace> skip = {}) const;
 
@@ -46,7 +41,6 @@ class SpectralNorm {
   const std::vector<std::string>& names() const { return names_; }
   int matrices() const { return static_cast<int>(host_descs_.size()); }
   float sigma_max() const { return sigma_max_; }
-  int launches() const { return plan_.persistent_teams > 0 ? 1 : 3; }
 
  private:
   float sigma_max_;
