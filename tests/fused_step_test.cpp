@@ -257,14 +257,23 @@ TEST(FusedC51, EveryParameterGradientMatchesFiniteDifferences) {
   ASSERT_TRUE(draw.trainer);
   SCOPED_TRACE(testing::Message() << "seed " << draw.seed << " (first " << draw.first << ")");
   ASSERT_TRUE(draw.trainer->fused());
-  draw.trainer->step_direct();
-  draw.trainer->synchronize();
+  EXPECT_GT(draw.trainer->fused_kernel()->split_jobs(), 0);
+  // The same draw unsplit: the same parameters (made from the config's seed) and batch.
+  zs::Trainer unsplit(draw.config, fused_options(12, zs::PhasedMode::persistent, 0));
+  ASSERT_TRUE(zs::test::same_bits(host_copy(unsplit.online().flat()), host_copy(draw.trainer->online().flat())));
+  EXPECT_EQ(unsplit.fused_kernel()->split_jobs(), 0);
+  zs::upload(unsplit.stream().exec(), draw.config, draw.batch, unsplit.batch());
   const zs::test::RefNet ref(draw.config, draw.trainer->layout());
   const auto rb = zs::test::ref_batch(draw.batch);
-  zs::test::expect_gradient_matches_finite_differences(
-      draw.trainer->layout(), draw.p0, host_copy(draw.trainer->grad().flat()),
-      [&](const std::vector<double>& p) { return ref.loss(p, draw.t0, rb).loss; },
-      [](const std::string&) { return true; }, 1e-6, kTf32 ? 10 : 1);
+  for (zs::Trainer* t : {draw.trainer.get(), &unsplit}) {
+    SCOPED_TRACE(t == &unsplit ? "unsplit" : "split-K, one chunk a split");
+    t->step_direct();
+    t->synchronize();
+    zs::test::expect_gradient_matches_finite_differences(
+        t->layout(), draw.p0, host_copy(t->grad().flat()),
+        [&](const std::vector<double>& p) { return ref.loss(p, draw.t0, rb).loss; },
+        [](const std::string&) { return true; }, 1e-6, kTf32 ? 10 : 1);
+  }
 }
 
 TEST(FusedC51, GraphReplayEqualsDirectLaunchAndTheLaunchModesAgree) {

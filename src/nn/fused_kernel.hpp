@@ -27,8 +27,9 @@ struct FusedOptions {
   // by up to split_tiles / tiles teams, each taking at least split_chunks chunks (0: never
   // split). A phase's chain is then a few chunks long instead of the whole reduction (at B = 256
   // the value stream's weight gradient was 24 chunks in 4 tiles), at the price of the partials'
-  // stores and the last team's loads. The same splits on every backend.
-  int split_chunks = 2;
+  // stores and the last team's loads. The same splits on every backend. 4: the best of 0, 1,
+  // 2 and 4 at B = 256 on the H200 (docs/performance.md).
+  int split_chunks = 4;
   int split_tiles = 512;
 };
 
