@@ -27,9 +27,11 @@ struct FusedOptions {
   // by up to split_tiles / tiles teams, each taking at least split_chunks chunks (0: never
   // split). A phase's chain is then a few chunks long instead of the whole reduction (at B = 256
   // the value stream's weight gradient was 24 chunks in 4 tiles), at the price of the partials'
-  // stores and the last team's loads. The same splits on every backend. 4: the best of 0, 1,
-  // 2 and 4 at B = 256 on the H200 (docs/performance.md).
-  int split_chunks = 4;
+  // stores and the last team's loads. The same splits on every backend. Off by default: 4 was
+  // the best of 0, 1, 2, 4 and 8 on the H200 (−9 % at B = 256, −21 % at 4096), but one run of
+  // FusedC51.OneStepMatchesTheLaunchPlans under compute-sanitizer failed with it, unexplained
+  // (docs/performance.md).
+  int split_chunks = 0;
   int split_tiles = 512;
 };
 
