@@ -315,21 +315,15 @@ struct SpectralNormPartialWtu {
   }
 
   KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
-    run(team, team.league_rank(),
-        team.team_scratch(0).get_shmem(scratch_bytes(team.team_size(), chunk_cols)));
-  }
-
-  // Chunk `chunk` of the table; `scratch` holds scratch_bytes(team size, chunk_cols).
-  KOKKOS_INLINE_FUNCTION void run(const Member& team, int chunk, void* scratch) const {
     if (skip.data() != nullptr && skip() != 0) return;  // the same for every team: no barrier is left waiting
-    const SpectralNormChunk k = chunks(chunk);
+    const SpectralNormChunk k = chunks(team.league_rank());
     const SpectralNormMatrix m = matrices(k.matrix);
     const std::int64_t cols = m.desc.cols;
     const float* const W = params.data() + m.desc.weight_offset;
     const float* const u = uv.data() + m.desc.u_offset;
     const int threads = team.team_size();
     const int t = team.team_rank();
-    const Scratch part(static_cast<double*>(scratch), static_cast<std::size_t>(threads) * chunk_cols);
+    const Scratch part(team.team_scratch(0), static_cast<std::size_t>(threads) * chunk_cols);
     const int width = k.col1 - k.col0;
     const int blocks = (width + kColBlock - 1) / kColBlock;
 
@@ -391,19 +385,14 @@ struct SpectralNormWv {
   }
 
   KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
-    run(team, team.league_rank(), team.team_scratch(0).get_shmem(scratch_bytes(staged_cols)));
-  }
-
-  // Chunk `chunk` of the table; `scratch` holds scratch_bytes(staged_cols).
-  KOKKOS_INLINE_FUNCTION void run(const Member& team, int chunk, void* scratch) const {
     if (skip.data() != nullptr && skip() != 0) return;
-    const SpectralNormChunk k = chunks(chunk);
+    const SpectralNormChunk k = chunks(team.league_rank());
     const SpectralNormMatrix m = matrices(k.matrix);
     const std::int64_t cols = m.desc.cols;
     const float* const W = params.data() + m.desc.weight_offset;
     const double* x = partials.data() + m.partial_offset;
     if (m.slabs > 1) {  // uniform across the team: the barrier is safe
-      const Scratch staged(static_cast<double*>(scratch), static_cast<std::size_t>(staged_cols));
+      const Scratch staged(team.team_scratch(0), static_cast<std::size_t>(staged_cols));
       const double* const p = x;
       const std::int32_t slabs = m.slabs;
       Kokkos::parallel_for(Kokkos::TeamVectorRange(team, cols), [&](const std::int64_t c) {
