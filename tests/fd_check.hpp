@@ -78,11 +78,15 @@ inline CheckDraw draw_for_gradient_check(const std::function<Config(std::uint64_
 // `loss(p)` is the reference loss at flat parameters p; `grad` the device gradient at p0.
 // `own(name)` says which tensors the loss may depend on: the others must get exactly zero.
 // `loose` widens the tolerance for a gradient computed from TF32-rounded products (10× FP32's).
+// `tensor_rel` > 0 judges each tensor as a whole instead: ‖g − fd‖ / ‖fd‖ over its smooth
+// elements at most tensor_rel. For a step whose forward runs in TF32, where single small
+// elements of the hidden layers' gradients move by more than any element-wise bound that still
+// means something (docs/gpu.md: 5–14 % per tensor against PyTorch's FP32).
 inline void expect_gradient_matches_finite_differences(
     const ParamLayout& layout, const std::vector<double>& p0, const std::vector<float>& grad,
     const std::function<double(const std::vector<double>&)>& loss,
     const std::function<bool(const std::string&)>& own = [](const std::string&) { return true; },
-    double h = 1e-6, double loose = 1) {
+    double h = 1e-6, double loose = 1, double tensor_rel = 0) {
   std::vector<double> fd(p0.size(), 0.0), jump(p0.size(), 0.0);
   const double centre = loss(p0);
   double max_fd = 0;
@@ -117,6 +121,7 @@ inline void expect_gradient_matches_finite_differences(
   for (const auto& t : layout.tensors()) {
     const bool mine = own(t.name);
     int nonzero = 0;
+    double err2 = 0, ref2 = 0;
     for (std::size_t i = 0; i < t.size(); ++i) {
       const double g = grad[t.offset + i], f = fd[t.offset + i];
       if (!mine) {
@@ -124,11 +129,18 @@ inline void expect_gradient_matches_finite_differences(
         continue;
       }
       if (!smooth[t.offset + i]) continue;
-      EXPECT_NEAR(g, f, tolerance(f)) << t.name << "[" << i << "]";
+      if (tensor_rel > 0) {
+        err2 += (g - f) * (g - f);
+        ref2 += f * f;
+      } else {
+        EXPECT_NEAR(g, f, tolerance(f)) << t.name << "[" << i << "]";
+      }
       nonzero += std::abs(f) > 1e-9;
     }
     if (mine) {
       EXPECT_GT(nonzero, 0) << t.name << ": finite differences found no gradient at all";
+      if (tensor_rel > 0 && ref2 > 0)
+        EXPECT_LE(std::sqrt(err2 / ref2), tensor_rel) << t.name << ": relative error against finite differences";
     }
   }
 }

