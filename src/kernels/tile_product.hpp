@@ -186,10 +186,9 @@ struct TileProduct {
     }
   }
 
-  // A split's accumulators and row sums to its partial, each thread's own values where the same
-  // thread of the last split reads them back.
-  KOKKOS_INLINE_FUNCTION static void store_partial(float* p, const Tile (&acc)[kSlots][2][2], bool sums,
-                                                   const float* rsum, int tid) {
+  // f(element, its place in a partial) for every accumulator element this thread holds.
+  template <class Acc, class F>
+  KOKKOS_INLINE_FUNCTION static void for_each_acc(Acc& acc, int tid, const F& f) {
     ZS_UNROLL
     for (int s = 0; s < kSlots; ++s)
       ZS_UNROLL
@@ -197,8 +196,14 @@ struct TileProduct {
         ZS_UNROLL
         for (int j = 0; j < 2; ++j)
           ZS_UNROLL
-          for (int e = 0; e < kAccFloats; ++e)
-            p[((((s * 2 + i) * 2 + j) * kAccFloats + e) * kThreads) + tid] = acc[s][i][j].c[e];
+          for (int e = 0; e < kAccFloats; ++e) f(acc[s][i][j].c[e], (((s * 2 + i) * 2 + j) * kAccFloats + e) * kThreads + tid);
+  }
+
+  // A split's accumulators and row sums to its partial, each thread's own values where the same
+  // thread of the last split reads them back.
+  KOKKOS_INLINE_FUNCTION static void store_partial(float* p, const Tile (&acc)[kSlots][2][2], bool sums,
+                                                   const float* rsum, int tid) {
+    for_each_acc(acc, tid, [&](const float& v, int at) { p[at] = v; });
     if (sums)
       for (int r = 0; r < kRowSumsPerThread; ++r) {
         const int row = kHost ? r : tid;
@@ -206,30 +211,22 @@ struct TileProduct {
       }
   }
 
-  // acc and rsum become the sum of every split's partial, added in split order. The partials
-  // were stored by other teams of this launch: loads that bypass L1.
+  // Σ over the splits of a partial's value at `at`, in split order. The partials were stored by
+  // other teams of this launch: loads that bypass L1.
+  KOKKOS_INLINE_FUNCTION static float sum_of_splits(const float* all, int splits, int at) {
+    float v = Tile::load_shared(all + at);
+    for (int k = 1; k < splits; ++k) v += Tile::load_shared(all + static_cast<std::int64_t>(k) * kPartialFloats + at);
+    return v;
+  }
+
+  // acc and rsum become the sum of every split's partial.
   KOKKOS_INLINE_FUNCTION static void add_partials(const float* all, int splits, Tile (&acc)[kSlots][2][2], bool sums,
                                                   float* rsum, int tid) {
-    ZS_UNROLL
-    for (int s = 0; s < kSlots; ++s)
-      ZS_UNROLL
-      for (int i = 0; i < 2; ++i)
-        ZS_UNROLL
-        for (int j = 0; j < 2; ++j)
-          ZS_UNROLL
-          for (int e = 0; e < kAccFloats; ++e) {
-            const int at = ((((s * 2 + i) * 2 + j) * kAccFloats + e) * kThreads) + tid;
-            float v = Tile::load_shared(all + at);
-            for (int k = 1; k < splits; ++k) v += Tile::load_shared(all + static_cast<std::int64_t>(k) * kPartialFloats + at);
-            acc[s][i][j].c[e] = v;
-          }
+    for_each_acc(acc, tid, [&](float& v, int at) { v = sum_of_splits(all, splits, at); });
     if (sums)
       for (int r = 0; r < kRowSumsPerThread; ++r) {
         const int row = kHost ? r : tid;
-        if (row >= kM) continue;
-        float v = Tile::load_shared(all + kM * kN + row);
-        for (int k = 1; k < splits; ++k) v += Tile::load_shared(all + static_cast<std::int64_t>(k) * kPartialFloats + kM * kN + row);
-        rsum[r] = v;
+        if (row < kM) rsum[r] = sum_of_splits(all, splits, kM * kN + row);
       }
   }
   KOKKOS_INLINE_FUNCTION static void next_chunk(const ProductJob& job, const ProductSegment* segments, int& seg,
