@@ -80,7 +80,7 @@ class FusedKernel {
   // The persistent launch's teams; 0 when the phases are separate launches.
   int teams() const { return teams_; }
   int launches() const;  // per enqueue()
-  // Product jobs whose k is split, and the tiles of all products after splitting.
+  // Product jobs whose k is split (FusedOptions::split_chunks).
   int split_jobs() const { return split_jobs_; }
   std::size_t scratch_bytes() const { return shape_.scratch_bytes; }
 
