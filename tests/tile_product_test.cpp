@@ -265,4 +265,10 @@ TEST(TileProduct, BadJobsAreClearErrors) {
                 .find("neither k- nor row-contiguous"),
             std::string::npos);
   EXPECT_NE(zs::test::error_of([&] { zs::FusedBuilder{}.build({}, 0, {}); }).find("no phases"), std::string::npos);
+  zs::FusedOptions bad;
+  bad.split_chunks = -1;
+  EXPECT_NE(zs::test::error_of([&] { b.build({}, 0, bad); }).find("split_chunks = -1"), std::string::npos);
+  bad.split_chunks = 2;
+  bad.split_tiles = 0;
+  EXPECT_NE(zs::test::error_of([&] { b.build({}, 0, bad); }).find("split_tiles = 0"), std::string::npos);
 }

@@ -108,8 +108,8 @@ struct TileProduct {
     const int m0 = tm * kM, n0 = tn * kN;
     const int tid = kHost ? 0 : team.team_rank() * Tile::kVectorLength + Tile::lane();
     const bool sums = job.row_sums != nullptr && tn == 0;
-    int first = 0, count = job.chunks;
-    if (job.splits > 1) split_range(job.chunks, job.splits, split, first, count);
+    int first = 0, count = 0;
+    split_range(job.chunks, job.splits, split, first, count);
     Tile acc[kSlots][2][2];
     ZS_UNROLL
     for (int s = 0; s < kSlots; ++s)

@@ -49,18 +49,17 @@ bool fused_supports(const Config& c, const FusedOptions& o, std::string* reason)
 }
 
 void FusedBuilder::phase() {
-  require(static_cast<int>(phase_tiles_.size()) < kernels::kFusedMaxPhases, "FusedBuilder: more than ",
+  require(phases() < kernels::kFusedMaxPhases, "FusedBuilder: more than ",
           kernels::kFusedMaxPhases, " phases");
   phase_item_.push_back(static_cast<int>(items_.size()));
-  phase_tiles_.push_back(0);
 }
 
 void FusedBuilder::tiles(kernels::FusedTileKind kind, int count) {
-  require(!phase_tiles_.empty(), "FusedBuilder: tiles added before the first phase()");
+  require(!phase_item_.empty(), "FusedBuilder: tiles added before the first phase()");
   require(count >= 0, "FusedBuilder: ", count, " tiles; expected at least 0");
   if (count == 0) return;
-  items_.push_back({static_cast<int>(kind), 0, phase_tiles_.back(), count});
-  phase_tiles_.back() += count;
+  // Where the run starts in its phase is counted in build(), once the products' splits are known.
+  items_.push_back({static_cast<int>(kind), 0, 0, count});
 }
 
 void FusedBuilder::product(kernels::ProductJob job, const std::vector<kernels::ProductSegment>& segments) {
@@ -87,15 +86,15 @@ void FusedBuilder::product(kernels::ProductJob job, const std::vector<kernels::P
 
 FusedKernel FusedBuilder::build(FusedProgramOnDevice program, std::size_t scratch_bytes,
                                 const FusedOptions& options) const {
-  require(!phase_tiles_.empty(), "FusedBuilder: no phases");
+  require(!phase_item_.empty(), "FusedBuilder: no phases");
   require(scratch_bytes <= kFusedScratchBudget, "FusedBuilder: ", scratch_bytes,
           " bytes of team scratch; the budget is ", kFusedScratchBudget);
   require(options.split_chunks >= 0 && options.split_tiles >= 1, "FusedBuilder: split_chunks = ",
           options.split_chunks, ", split_tiles = ", options.split_tiles, "; expected at least 0 and 1");
   using MS = ExecSpace::memory_space;
   FusedKernel k;
-  // Split-K: each job's chunks and splits, the workspace they need, then every phase's tiles
-  // counted again (a split job has splits tiles per output tile).
+  // Split-K: each job's chunks and splits and the workspace they need; then every phase's tiles
+  // (a split job has splits tiles per output tile).
   std::vector<kernels::ProductJob> jobs = jobs_;
   std::int64_t partial_floats = 0, counters = 0;
   for (auto& j : jobs) {
@@ -127,7 +126,7 @@ FusedKernel FusedBuilder::build(FusedProgramOnDevice program, std::size_t scratc
     }
   }
   std::vector<kernels::FusedItem> items = items_;
-  std::vector<int> phase_tiles(phase_tiles_.size(), 0);
+  std::vector<int> phase_tiles(phase_item_.size(), 0);
   for (std::size_t p = 0; p < phase_tiles.size(); ++p) {
     const std::size_t end = p + 1 < phase_item_.size() ? static_cast<std::size_t>(phase_item_[p + 1]) : items.size();
     for (std::size_t i = static_cast<std::size_t>(phase_item_[p]); i < end; ++i) {

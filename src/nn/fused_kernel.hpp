@@ -58,7 +58,7 @@ class FusedBuilder {
   // One product job (its m, n, epilogue; seg0/segs/tiles are set here) over `segments`.
   void product(kernels::ProductJob job, const std::vector<kernels::ProductSegment>& segments);
   void tiles(kernels::FusedTileKind kind, int count);
-  int phases() const { return static_cast<int>(phase_tiles_.size()); }
+  int phases() const { return static_cast<int>(phase_item_.size()); }
   // The kernel of everything added, with `program`'s dueling and C51 parts (tables are set here).
   FusedKernel build(FusedProgramOnDevice program, std::size_t scratch_bytes, const FusedOptions& options) const;
 
@@ -66,7 +66,7 @@ class FusedBuilder {
   std::vector<kernels::ProductJob> jobs_;
   std::vector<kernels::ProductSegment> segments_;
   std::vector<kernels::FusedItem> items_;
-  std::vector<int> phase_item_, phase_tiles_;
+  std::vector<int> phase_item_;  // each phase's first item
 };
 
 class FusedKernel {
