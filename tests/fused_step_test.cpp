@@ -206,6 +206,10 @@ TEST(FusedC51, OneStepMatchesTheLaunchPlans) {
     SCOPED_TRACE(testing::Message() << "split_chunks " << split_chunks << ", " << j.dump());
     const auto c = zs::Config::from_json(j);
     zs::Trainer fused(c, fused_options(B, zs::PhasedMode::persistent, split_chunks)), plans(c, plan_options(B));
+    // The plans in FP32: on TF32 backends the yardstick of how far TF32 alone moves a gradient.
+    auto j32 = j;
+    j32["precision"] = "fp32";
+    zs::Trainer plans32(zs::Config::from_json(j32), plan_options(B));
     ASSERT_TRUE(fused.fused()) << fused.fused_off_reason();
     // B = 37 rows are two chunks: every weight gradient splits, or none does.
     if (split_chunks == 0) {
@@ -216,7 +220,7 @@ TEST(FusedC51, OneStepMatchesTheLaunchPlans) {
     ASSERT_FALSE(plans.fused());
     ASSERT_NE(fused.term_as<zs::C51Term>("c51")->fused(), nullptr);
     const auto hb = zs::random_batch(c, B, seed + 5);
-    for (zs::Trainer* t : {&fused, &plans}) {
+    for (zs::Trainer* t : {&fused, &plans, &plans32}) {
       zs::upload(t->stream().exec(), c, hb, t->batch());
       t->step_direct();
       t->synchronize();
@@ -230,15 +234,32 @@ TEST(FusedC51, OneStepMatchesTheLaunchPlans) {
     int differ = 0;
     for (std::size_t i = 0; i < bf.size(); ++i) differ += bf[i] != bp[i];
     EXPECT_LE(differ, kTf32 ? 2 : 0) << "a* differs in " << differ << " of " << bf.size() << " (sample, branch)";
-    if (differ == 0) {
+    const auto b32 = to_host(plans32.loss().best);
+    int differ32 = 0;  // a different a* is a different loss, not a rounding of the same one
+    for (std::size_t i = 0; i < bf.size(); ++i) differ32 += bf[i] != b32[i];
+    if (differ == 0 && differ32 == 0) {
       EXPECT_LT(max_rel(to_host(fused.loss().priorities), to_host(plans.loss().priorities)), tol);
       EXPECT_LT(max_rel(to_host(fused.loss().projected), to_host(plans.loss().projected)), tol);
-      // Every tensor of the main network written, each on its own scale.
+      // Every tensor of the main network written, each on its own scale. FP32 (the host): the
+      // fused step and the plans agree to rounding. TF32: the trunk's gradients sum every head's
+      // share, and on some draws TF32 alone moves them by several per cent (the plans' own TF32
+      // step against their FP32 one), so each tensor is judged by its distance from the FP32
+      // plans: within 1 % or within 3× the TF32 plans' own distance, whichever is larger.
       const auto gf = host_copy(fused.grad().flat()), gp = host_copy(plans.grad().flat());
+      const auto g32 = host_copy(plans32.grad().flat());
       for (const auto& t : fused.layout().tensors()) {
-        const std::vector<float> a(gf.begin() + t.offset, gf.begin() + t.offset + t.size());
-        const std::vector<float> b(gp.begin() + t.offset, gp.begin() + t.offset + t.size());
-        EXPECT_LT(norm_rel(a, b), kTf32 ? 1e-2 : 1e-5) << t.name;
+        auto part = [&](const std::vector<float>& g) {
+          return std::vector<float>(g.begin() + t.offset, g.begin() + t.offset + t.size());
+        };
+        const auto a = part(gf), b = part(gp), ref = part(g32);
+        if (kTf32) {
+          const double own = norm_rel(b, ref);
+          EXPECT_LT(norm_rel(a, ref), std::max(1e-2, 3 * own))
+              << t.name << ": the TF32 plans are " << own << " from the FP32 plans; the fused step "
+              << norm_rel(a, b) << " from the TF32 plans";
+        } else {
+          EXPECT_LT(norm_rel(a, b), 1e-5) << t.name;
+        }
         double largest = 0;
         for (float v : b) largest = std::max(largest, double(std::abs(v)));
         EXPECT_GT(largest, 0.0) << t.name << ": a gradient of zeros tests nothing";

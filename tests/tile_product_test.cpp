@@ -264,6 +264,12 @@ TEST(TileProduct, BadJobsAreClearErrors) {
   EXPECT_NE(zs::test::error_of([&] { b.product(j, {{{out.data(), 4, 4}, {out.data(), 4, 1}, 4}}); })
                 .find("neither k- nor row-contiguous"),
             std::string::npos);
+  // One layout a product: its chunk loop is compiled for it.
+  EXPECT_NE(zs::test::error_of([&] {
+              b.product(j, {{{out.data(), 4, 1}, {out.data(), 4, 1}, 4}, {{out.data(), 1, 4}, {out.data(), 4, 1}, 4}});
+            }).find("segment 1 of a product has A row-contiguous and B k-contiguous; expected the layouts of segment 0 "
+                    "(A k-contiguous, B k-contiguous)"),
+            std::string::npos);
   EXPECT_NE(zs::test::error_of([&] { zs::FusedBuilder{}.build({}, 0, {}); }).find("no phases"), std::string::npos);
   zs::FusedOptions bad;
   bad.split_chunks = -1;

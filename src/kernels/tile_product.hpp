@@ -56,6 +56,9 @@ struct ProductJob {
   int chunks = 0;
   float* partials = nullptr;
   int* counters = nullptr;
+  // The segments' layouts (FusedBuilder::product sets them; every segment of a job has the same):
+  // A, B row-contiguous (staged [k][row]); vec: every operand staged four floats at a time.
+  int a_km = 0, b_km = 0, vec = 0;
 };
 
 template <class Exec>
@@ -76,8 +79,7 @@ struct TileProduct {
   static constexpr int kAFloats = kM * kRowLd > kK * kAkLd ? kM * kRowLd : kK * kAkLd;
   static constexpr int kBFloats = kN * kRowLd > kK * kBkLd ? kN * kRowLd : kK * kBkLd;
   static constexpr int kStageFloats = kAFloats + kBFloats;
-  static constexpr int kStages = 3;  // chunks in scratch at once: 42 KiB
-  static constexpr std::size_t kScratchBytes = sizeof(float) * kStages * kStageFloats;
+  static constexpr int kStages = 3;  // chunks in scratch at once: 42 KiB (kScratchBytes below)
   static constexpr int kRowSumsPerThread = kHost ? kM : 1;
   // A split's partial: the accumulators as every thread holds them, then the row sums.
   static constexpr int kAccFloats = static_cast<int>(sizeof(Tile::c) / sizeof(float));
@@ -101,7 +103,8 @@ struct TileProduct {
   // Split `split` of tile (tm, tn) of `job`; `scratch` holds kScratchBytes. Called by the whole
   // team. The k chunks stream through kStages stages of scratch: while the tensor cores work on
   // chunk c, chunks c + 1 .. c + kStages − 1 are on their way (cp.async on CUDA), one barrier a
-  // chunk.
+  // chunk. The job's layouts and staging pick one of eight bodies here, once a tile, so that in
+  // the chunk loop every stride and scratch offset that can be a constant is one.
   template <class Member>
   KOKKOS_INLINE_FUNCTION static void run(const Member& team, float* scratch, const ProductJob& job,
                                          const ProductSegment* segments, int tm, int tn, int split = 0) {
@@ -119,36 +122,25 @@ struct TileProduct {
         for (int j = 0; j < 2; ++j) acc[s][i][j].zero();
     float rsum[kRowSumsPerThread];
     for (int r = 0; r < kRowSumsPerThread; ++r) rsum[r] = 0.f;
-
-    // Two cursors over the chunks (segment, first k): the next to stage and the next to multiply.
-    int iseg = 0, ik0 = 0;
-    seek_chunk(job, segments, first, iseg, ik0);
-    int cseg = iseg, ck0 = ik0, issued = 0;
-    ZS_UNROLL
-    for (int st = 0; st + 1 < kStages; ++st) {
-      if (issued < count) {
-        issue(scratch + st * kStageFloats, segments[job.seg0 + iseg], m0, n0, job, ik0, tid);
-        next_chunk(job, segments, iseg, ik0);
-        ++issued;
-      }
-      Tile::commit_copies();  // empty groups too: the wait below counts groups
+    const Chunks c{job, segments, scratch, m0, n0, first, count, sums, tid};
+    switch ((job.a_km ? 1 : 0) | (job.b_km ? 2 : 0) | (job.vec ? 4 : 0)) {
+      case 0: accumulate<false, false, false>(team, c, acc, rsum); break;
+      case 1: accumulate<true, false, false>(team, c, acc, rsum); break;
+      case 2: accumulate<false, true, false>(team, c, acc, rsum); break;
+      case 3: accumulate<true, true, false>(team, c, acc, rsum); break;
+      case 4: accumulate<false, false, true>(team, c, acc, rsum); break;
+      case 5: accumulate<true, false, true>(team, c, acc, rsum); break;
+      case 6: accumulate<false, true, true>(team, c, acc, rsum); break;
+      default: accumulate<true, true, true>(team, c, acc, rsum); break;
     }
-    int buf = 0;
-    for (int done = 0; done < count; ++done) {
-      Tile::template wait_copies<kStages - 2>();  // chunk `buf` has landed (this thread's part) …
-      team.team_barrier();  // … everyone's, and every thread is done with the stage refilled next
-      if (issued < count) {
-        const int to = buf + kStages - 1 < kStages ? buf + kStages - 1 : buf - 1;
-        issue(scratch + to * kStageFloats, segments[job.seg0 + iseg], m0, n0, job, ik0, tid);
-        next_chunk(job, segments, iseg, ik0);
-        ++issued;
-      }
-      Tile::commit_copies();
-      multiply(team, scratch + buf * kStageFloats, segments[job.seg0 + cseg], acc, sums, rsum, tid);
-      next_chunk(job, segments, cseg, ck0);
-      buf = buf + 1 < kStages ? buf + 1 : 0;
+    if (sums && kSumParts > 1) {
+      float* const parts = scratch + kStages * kStageFloats;
+      const int part = tid / kM, row = tid % kM;
+      if (part > 0) parts[(part - 1) * kM + row] = rsum[0];
+      team.team_barrier();
+      if (part == 0)
+        for (int p = 1; p < kSumParts; ++p) rsum[0] += parts[(p - 1) * kM + row];
     }
-    Tile::template wait_copies<0>();
     if (job.splits > 1) {
       const int tile = tm * job.tiles_n + tn;
       float* const mine = job.partials + (static_cast<std::int64_t>(tile) * job.splits + split) * kPartialFloats;
@@ -168,7 +160,163 @@ struct TileProduct {
   }
 
  private:
-  KOKKOS_INLINE_FUNCTION static bool k_major(const ProductOperand& o) { return o.k_stride != 1; }
+  // Threads that share each row's sum of A (each takes kK / kSumParts of every chunk's k); the
+  // parts meet in kSumFloats of scratch past the stages, in a fixed order.
+  static constexpr int kSumParts = kHost ? 1 : kThreads / kM;
+  static constexpr int kSumFloats = kM * (kSumParts - 1);
+  static_assert(kHost || (kThreads % kM == 0 && kK % kSumParts == 0), "row sums split evenly");
+
+ public:
+  static constexpr std::size_t kScratchBytes = sizeof(float) * (kStages * kStageFloats + kSumFloats);
+
+ private:
+  // This thread's part of staging one operand's chunks (rows r0 .. r0 + Rows, k k0 .. k0 + kK)
+  // into a stage, zero past the operand's edges: [k][row] rows of kLd floats when the operand is
+  // row-contiguous (KM), [row][k] rows of kRowLd when k-contiguous. VEC: four floats a copy,
+  // asynchronously; the thread's copies lie a fixed step apart (on CUDA), so each copy's source
+  // is the first one's plus a constant times the stride. Else one float at a time.
+  template <int Rows, bool KM, bool VEC>
+  struct Stager {
+    static constexpr int kLd = KM ? Rows + 8 : kRowLd;
+    static constexpr int kPer = KM ? Rows / 4 : kK / 4;  // copies along the contiguous direction
+    static constexpr int kCopies = Rows * kK / 4 / kThreads;
+    static constexpr int kElems = Rows * kK / kThreads;
+    static constexpr bool kStepped = kThreads % kPer == 0;
+    const float* ptr = nullptr;
+    std::int64_t ld = 0;  // the stride that is not 1
+    int r0 = 0, rows = 0, k0 = 0, k = 0;
+    int r = 0, kk = 0;  // the thread's first copy in the tile (VEC)
+
+    KOKKOS_INLINE_FUNCTION static void coords(int v, int& row, int& kpos) {
+      if (KM) {
+        kpos = v / kPer;
+        row = v % kPer * 4;
+      } else {
+        row = v / kPer;
+        kpos = v % kPer * 4;
+      }
+    }
+    KOKKOS_INLINE_FUNCTION void start(const ProductOperand& o, int first_row, int all_rows, int first_k, int seg_k,
+                                      int tid) {
+      ptr = o.ptr;
+      ld = KM ? o.k_stride : o.row_stride;
+      r0 = first_row;
+      rows = all_rows;
+      k0 = first_k;
+      k = seg_k;
+      coords(tid, r, kk);
+    }
+    KOKKOS_FORCEINLINE_FUNCTION void issue(float* dst, int tid) const {
+      if (VEC) {
+        ZS_UNROLL
+        for (int i = 0; i < kCopies; ++i) {
+          int cr = r, ck = kk;
+          if (kStepped) {
+            if (KM)
+              ck += i * (kThreads / kPer);
+            else
+              cr += i * (kThreads / kPer);
+          } else {
+            coords(tid + i * kThreads, cr, ck);
+          }
+          const int row_left = rows - (r0 + cr), k_left = k - (k0 + ck);
+          const int along = KM ? row_left : k_left;
+          const int valid = (KM ? k_left : row_left) > 0 ? (along < 0 ? 0 : (along > 4 ? 4 : along)) : 0;
+          const std::int64_t at = KM ? (r0 + cr) + (k0 + ck) * ld : (r0 + cr) * ld + (k0 + ck);
+          Tile::copy4_async(dst + (KM ? ck * kLd + cr : cr * kRowLd + ck), valid > 0 ? ptr + at : ptr, valid);
+        }
+      } else {
+        ZS_UNROLL
+        for (int i = 0; i < kElems; ++i) {
+          const int v = tid + i * kThreads;
+          int er, ek;
+          if (KM) {
+            ek = v / Rows;
+            er = v % Rows;
+          } else {
+            er = v / kK;
+            ek = v % kK;
+          }
+          const int gr = r0 + er, gk = k0 + ek;
+          dst[KM ? ek * kLd + er : er * kRowLd + ek] =
+              gr < rows && gk < k ? Tile::load_shared(ptr + (KM ? gr + gk * ld : gr * ld + gk)) : 0.f;
+        }
+      }
+    }
+  };
+
+  // The next chunk to stage: its segment and first k, and each operand's stager for it.
+  template <bool AKM, bool BKM, bool VEC>
+  struct Cursor {
+    int seg = 0, k0 = 0, seg_k = 0;
+    Stager<kM, AKM, VEC> a;
+    Stager<kN, BKM, VEC> b;
+    KOKKOS_FORCEINLINE_FUNCTION void start(const ProductJob& job, const ProductSegment* segments, int m0, int n0,
+                                           int tid) {
+      const ProductSegment& s = segments[job.seg0 + seg];
+      seg_k = s.k;
+      a.start(s.a, m0, job.m, k0, seg_k, tid);
+      b.start(s.b, n0, job.n, k0, seg_k, tid);
+    }
+    // Stages this chunk into `stage` and moves on to the next.
+    KOKKOS_FORCEINLINE_FUNCTION void stage(float* stage, const ProductJob& job, const ProductSegment* segments, int m0,
+                                           int n0, int tid) {
+      a.issue(stage, tid);
+      b.issue(stage + kAFloats, tid);
+      k0 += kK;
+      if (k0 < seg_k) {
+        a.k0 = b.k0 = k0;
+        return;
+      }
+      k0 = 0;
+      do ++seg;
+      while (seg < job.segs && segments[job.seg0 + seg].k == 0);
+      if (seg < job.segs) start(job, segments, m0, n0, tid);
+    }
+  };
+
+  // What a tile's chunk loop works on.
+  struct Chunks {
+    const ProductJob& job;
+    const ProductSegment* segments;
+    float* scratch;
+    int m0, n0, first, count;
+    bool sums;
+    int tid;
+  };
+
+  // acc (and rsum) += the products of chunks [first, first + count) of the job, every copy into
+  // scratch landed when it returns.
+  template <bool AKM, bool BKM, bool VEC, class Member>
+  KOKKOS_FORCEINLINE_FUNCTION static void accumulate(const Member& team, const Chunks& c, Tile (&acc)[kSlots][2][2],
+                                                     float* rsum) {
+    Cursor<AKM, BKM, VEC> next;
+    seek_chunk(c.job, c.segments, c.first, next.seg, next.k0);
+    if (c.count > 0) next.start(c.job, c.segments, c.m0, c.n0, c.tid);
+    int issued = 0;
+    ZS_UNROLL
+    for (int st = 0; st + 1 < kStages; ++st) {
+      if (issued < c.count) {
+        next.stage(c.scratch + st * kStageFloats, c.job, c.segments, c.m0, c.n0, c.tid);
+        ++issued;
+      }
+      Tile::commit_copies();  // empty groups too: the wait below counts groups
+    }
+    int buf = 0;
+    for (int done = 0; done < c.count; ++done) {
+      Tile::template wait_copies<kStages - 2>();  // chunk `buf` has landed (this thread's part) …
+      team.team_barrier();  // … everyone's, and every thread is done with the stage refilled next
+      if (issued < c.count) {
+        const int to = buf + kStages - 1 < kStages ? buf + kStages - 1 : buf - 1;
+        next.stage(c.scratch + to * kStageFloats, c.job, c.segments, c.m0, c.n0, c.tid);
+        ++issued;
+      }
+      Tile::commit_copies();
+      multiply_as<AKM, BKM>(team, c.scratch + buf * kStageFloats, acc, c.sums, rsum, c.tid);
+      buf = buf + 1 < kStages ? buf + 1 : 0;
+    }
+    Tile::template wait_copies<0>();
+  }
 
   // The cursor at chunk `c` of the job's sequence (segment by segment, kK at a time).
   KOKKOS_INLINE_FUNCTION static void seek_chunk(const ProductJob& job, const ProductSegment* segments, int c, int& seg,
@@ -229,82 +377,13 @@ struct TileProduct {
         if (row < kM) rsum[r] = sum_of_splits(all, splits, kM * kN + row);
       }
   }
-  KOKKOS_INLINE_FUNCTION static void next_chunk(const ProductJob& job, const ProductSegment* segments, int& seg,
-                                                int& k0) {
-    k0 += kK;
-    if (k0 < segments[job.seg0 + seg].k) return;
-    k0 = 0;
-    do ++seg;
-    while (seg < job.segs && segments[job.seg0 + seg].k == 0);
-  }
-
-  // Element e of a chunk of operand o (rows r0.., k k0..) and where it goes in scratch.
-  KOKKOS_INLINE_FUNCTION static float element(const ProductOperand& o, bool km, int tile_rows, int ld, int e,
-                                              int r0, int rows, int k0, int k, int& at) {
-    int r, kk;
-    if (km) {
-      kk = e / tile_rows;
-      r = e % tile_rows;
-      at = kk * ld + r;
-    } else {
-      r = e / kK;
-      kk = e % kK;
-      at = r * kRowLd + kk;
-    }
-    const int gr = r0 + r, gk = k0 + kk;
-    if (gr >= rows || gk >= k) return 0.f;
-    return Tile::load_shared(o.ptr + gr * o.row_stride + gk * o.k_stride);
-  }
-
-  // Stages operand o's chunk (rows r0 .. r0 + Rows, k k0 .. k0 + kK) into dst, zero past its
-  // edges: [k][row] rows of ld_k floats when o is row-contiguous, [row][k] rows of kRowLd when
-  // k-contiguous. Four floats at a time, asynchronously, where o allows; else one at a time.
-  template <int Rows>
-  KOKKOS_INLINE_FUNCTION static void issue_operand(float* dst, const ProductOperand& o, int ld_k, int r0, int rows,
-                                                   int k0, int k, int tid) {
-    const bool km = k_major(o);
-    if (o.vec) {
-      constexpr int kVecs = Rows * kK / 4;
-      ZS_UNROLL
-      for (int i = 0; i < kVecs / kThreads; ++i) {
-        const int v = tid + i * kThreads;
-        int r, kk, valid;
-        if (km) {  // four rows at one k
-          kk = v / (Rows / 4);
-          r = (v % (Rows / 4)) * 4;
-          const int left = rows - (r0 + r);
-          valid = k0 + kk < k ? (left < 0 ? 0 : (left > 4 ? 4 : left)) : 0;
-        } else {  // four k at one row
-          r = v / (kK / 4);
-          kk = (v % (kK / 4)) * 4;
-          const int left = k - (k0 + kk);
-          valid = r0 + r < rows ? (left < 0 ? 0 : (left > 4 ? 4 : left)) : 0;
-        }
-        const float* const src =
-            valid > 0 ? o.ptr + (r0 + r) * o.row_stride + (k0 + kk) * o.k_stride : o.ptr;
-        Tile::copy4_async(dst + (km ? kk * ld_k + r : r * kRowLd + kk), src, valid);
-      }
-    } else {
-      ZS_UNROLL
-      for (int i = 0; i < Rows * kK / kThreads; ++i) {
-        int at = 0;
-        const float v = element(o, km, Rows, ld_k, tid + i * kThreads, r0, rows, k0, k, at);
-        dst[at] = v;
-      }
-    }
-  }
-
-  KOKKOS_INLINE_FUNCTION static void issue(float* stage, const ProductSegment& s, int m0, int n0,
-                                           const ProductJob& job, int k0, int tid) {
-    issue_operand<kM>(stage, s.a, kAkLd, m0, job.m, k0, s.k, tid);
-    issue_operand<kN>(stage + kAFloats, s.b, kBkLd, n0, job.n, k0, s.k, tid);
-  }
 
   // The chunk's product, with the scratch layout of each operand known at compile time: every
   // fragment load is then one shared-memory load at a constant offset, and each warp loads its
-  // two A and two B fragments once per k-step for its four tiles.
+  // two A and two B fragments once per k-step for its four tiles. Row sums: this thread's part of
+  // its row's k (kSumParts threads a row on CUDA, so every warp takes a share).
   template <bool AKM, bool BKM, class Member>
-  KOKKOS_INLINE_FUNCTION static void multiply_as(const Member& team, const float* stage, Tile (&acc)[kSlots][2][2],
+  KOKKOS_FORCEINLINE_FUNCTION static void multiply_as(const Member& team, const float* stage, Tile (&acc)[kSlots][2][2],
                                                  bool sums, float* rsum, int tid) {
     constexpr int a_rs = AKM ? 1 : kRowLd, a_ks = AKM ? kAkLd : 1;
     constexpr int b_rs = BKM ? 1 : kRowLd, b_ks = BKM ? kBkLd : 1;
@@ -328,29 +407,16 @@ struct TileProduct {
           for (int j = 0; j < 2; ++j) acc[slot][i][j].mma(fa[i], fb[j]);
       }
     }
-    if (sums)
+    if (sums) {
+      constexpr int kPart = kK / kSumParts;
       for (int r = 0; r < kRowSumsPerThread; ++r) {
-        const int row = kHost ? r : tid;
-        if (row < kM)
+        const int row = kHost ? r : tid % kM, part = kHost ? 0 : tid / kM;
+        if (part < kSumParts) {
+          const float* const p = sa + row * a_rs + part * kPart * a_ks;
           ZS_UNROLL
-          for (int kk = 0; kk < kK; ++kk) rsum[r] += sa[row * a_rs + kk * a_ks];
+          for (int kk = 0; kk < kPart; ++kk) rsum[r] += p[kk * a_ks];
+        }
       }
-  }
-
-  template <class Member>
-  KOKKOS_INLINE_FUNCTION static void multiply(const Member& team, const float* stage, const ProductSegment& s,
-                                              Tile (&acc)[kSlots][2][2], bool sums, float* rsum, int tid) {
-    const bool akm = k_major(s.a), bkm = k_major(s.b);
-    if (akm) {
-      if (bkm)
-        multiply_as<true, true>(team, stage, acc, sums, rsum, tid);
-      else
-        multiply_as<true, false>(team, stage, acc, sums, rsum, tid);
-    } else {
-      if (bkm)
-        multiply_as<false, true>(team, stage, acc, sums, rsum, tid);
-      else
-        multiply_as<false, false>(team, stage, acc, sums, rsum, tid);
     }
   }
 
