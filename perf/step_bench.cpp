@@ -204,7 +204,8 @@ BENCHMARK(BM_StepAllReduce)
     ->Unit(benchmark::kMicrosecond);
 
 // The graph-replayed step with the C51 term as one fused kernel (losses/c51_fused.hpp) against
-// the launch plans. Args: fused (0: plans; 1: a launch per phase; 2: one persistent launch),
+// the launch plans. Args: fused (0: plans; 1: a launch per phase, each of a kernel compiled for
+// its kinds of tile; 2: one persistent launch; 3: a launch per phase, all of the one kernel),
 // teams per multiprocessor of the persistent launch, split-K's chunks per split (0: no split;
 // FusedOptions::split_chunks), batch, trunk width, head width, auxiliaries (7 or 0). Counters:
 // graph nodes, the fused kernel's launches, phases and split products.
@@ -213,6 +214,7 @@ void BM_StepFused(benchmark::State& state) {
   zs::TrainerOptions opt;
   opt.fused_step = state.range(0) != 0;
   opt.fused.mode = state.range(0) == 2 ? zs::PhasedMode::persistent : zs::PhasedMode::launches;
+  opt.fused.kernel_per_kind = state.range(0) != 3;
   opt.fused.teams_per_sm = static_cast<int>(state.range(1));
   opt.fused.split_chunks = static_cast<int>(state.range(2));
   opt.batch_size = static_cast<int>(state.range(3));
@@ -235,6 +237,7 @@ BENCHMARK(BM_StepFused)
     ->ArgNames({"fused", "tpsm", "split", "B", "width", "heads", "aux"})
     ->Args({0, 1, 0, 256, 256, 128, 0})
     ->Args({1, 1, 0, 256, 256, 128, 0})
+    ->Args({3, 1, 0, 256, 256, 128, 0})
     ->Args({1, 1, 1, 256, 256, 128, 0})
     ->Args({1, 1, 2, 256, 256, 128, 0})
     ->Args({1, 1, 4, 256, 256, 128, 0})
@@ -245,6 +248,7 @@ BENCHMARK(BM_StepFused)
     ->Args({1, 1, 4, 256, 256, 128, 7})
     ->Args({0, 1, 0, 4096, 512, 256, 0})
     ->Args({1, 1, 0, 4096, 512, 256, 0})
+    ->Args({3, 1, 0, 4096, 512, 256, 0})
     ->Args({1, 1, 2, 4096, 512, 256, 0})
     ->Args({1, 1, 4, 4096, 512, 256, 0})
     ->Args({2, 2, 2, 4096, 512, 256, 0})

@@ -320,8 +320,16 @@ TEST(FusedC51, GraphReplayEqualsDirectLaunchAndTheLaunchModesAgree) {
       g.step();
       l.step();
     });
+    // A launch per phase of the one kernel of every kind, not each phase's own.
+    auto one = fused_options(16, zs::PhasedMode::launches);
+    one.fused.kernel_per_kind = false;
+    zs::Trainer graph3(c, fused_options(16)), one_kernel(c, one);
+    zs::test::step_on_same_batches(graph3, one_kernel, 6, seed + 100, [](zs::Trainer& g, zs::Trainer& l) {
+      g.step();
+      l.step();
+    });
     EXPECT_TRUE(graph.graph_recorded());
-    for (const zs::Trainer* other : {&direct, &graph2, &launches}) {
+    for (const zs::Trainer* other : {&direct, &graph2, &launches, &graph3, &one_kernel}) {
       EXPECT_TRUE(zs::test::same_bits(host_copy(graph.online().flat()), host_copy(other->online().flat())));
       EXPECT_TRUE(zs::test::same_bits(host_copy(graph.target().flat()), host_copy(other->target().flat())));
       EXPECT_TRUE(zs::test::same_bits(host_copy(graph.optimizer().v().flat()), host_copy(other->optimizer().v().flat())));

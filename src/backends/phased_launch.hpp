@@ -61,6 +61,16 @@ struct EveryPhase {
 
 }  // namespace phased_detail
 
+// Enqueues phase p of f alone: a launch of a team per tile (what the launches mode does for
+// every phase; a caller may launch each phase with its own F, one compiled for that phase).
+template <class Exec, class F>
+void launch_phase(const Exec& exec, const char* name, const F& f, const PhasedShape& shape, int p) {
+  if (f.tiles(p) == 0) return;
+  Kokkos::TeamPolicy<Exec> policy(exec, f.tiles(p), shape.team_size, shape.vector_length);
+  policy.set_scratch_size(0, Kokkos::PerTeam(shape.scratch_bytes));
+  Kokkos::parallel_for(name, policy, phased_detail::OnePhase<Exec, F>{f, p, shape.scratch_bytes});
+}
+
 // Enqueues every phase of f on exec. persistent_teams: the league of a persistent launch (at
 // most persistent_grid_teams(), and it must share `barrier` with no launch running beside it);
 // ignored, like mode, where the backend cannot persist.
@@ -77,12 +87,7 @@ void phased_launch(const Exec& exec, const char* name, const F& f, const PhasedS
     Kokkos::parallel_for(name, policy, phased_detail::EveryPhase<Exec, F>{f, b, shape.scratch_bytes});
     return;
   }
-  for (int p = 0; p < f.phases(); ++p) {
-    if (f.tiles(p) == 0) continue;
-    Kokkos::TeamPolicy<Exec> policy(exec, f.tiles(p), shape.team_size, shape.vector_length);
-    policy.set_scratch_size(0, Kokkos::PerTeam(shape.scratch_bytes));
-    Kokkos::parallel_for(name, policy, phased_detail::OnePhase<Exec, F>{f, p, shape.scratch_bytes});
-  }
+  for (int p = 0; p < f.phases(); ++p) launch_phase(exec, name, f, shape, p);
 }
 
 }  // namespace zs

@@ -20,6 +20,10 @@ struct FusedItem {
 
 inline constexpr int kFusedMaxPhases = 24;
 
+// A kind's bit in a mask of kinds (FusedProgram::phase_kinds, tile_of).
+KOKKOS_INLINE_FUNCTION constexpr int kind_bit(FusedTileKind k) { return 1 << static_cast<int>(k); }
+inline constexpr int kAllKinds = 15;
+
 template <class Exec>
 struct FusedProgram {
   using MS = typename Exec::memory_space;
@@ -30,6 +34,7 @@ struct FusedProgram {
   int n_phases = 0;
   int phase_item[kFusedMaxPhases + 1] = {};  // phase p's items: [phase_item[p], phase_item[p + 1])
   int phase_tiles[kFusedMaxPhases] = {};
+  int phase_kinds[kFusedMaxPhases] = {};  // the kinds of tile phase p holds (kind_bit()s)
   DuelingTiles<Exec, DuelingTable<MS>> dueling;
   C51BranchLoss<Exec> c51;
 
@@ -37,28 +42,39 @@ struct FusedProgram {
   KOKKOS_INLINE_FUNCTION int tiles(int p) const { return phase_tiles[p]; }
 
   KOKKOS_INLINE_FUNCTION void tile(const Member& team, int p, int t, void* scratch) const {
+    tile_of<kAllKinds>(team, p, t, scratch);
+  }
+
+  // tile() compiled for the tile kinds in `Kinds` only (a mask of kind_bit()s; the phase holds no
+  // other): a kernel of only the dueling head or only the loss then takes the registers that its
+  // own code needs, not the most any kind needs, and fits more teams on a multiprocessor.
+  template <int Kinds>
+  KOKKOS_INLINE_FUNCTION void tile_of(const Member& team, int p, int t, void* scratch) const {
     int it = phase_item[p];
     while (it + 1 < phase_item[p + 1] && items(it + 1).tile0 <= t) ++it;
     const FusedItem x = items(it);
     const int local = t - x.tile0;
     switch (static_cast<FusedTileKind>(x.kind)) {
-      case FusedTileKind::product: {
-        const ProductJob job = jobs(x.job);
-        // The splits of one output tile are neighbours: they run at about the same time, so the
-        // last one finds the others' partials still in L2.
-        const int per_row = job.tiles_n * job.splits, rest = local % per_row;
-        TileProduct<Exec>::run(team, static_cast<float*>(scratch), job, segments.data(), local / per_row,
-                               rest / job.splits, rest % job.splits);
+      case FusedTileKind::product:
+        if constexpr ((Kinds & kind_bit(FusedTileKind::product)) != 0) {
+          const ProductJob job = jobs(x.job);
+          // The splits of one output tile are neighbours: they run at about the same time, so the
+          // last one finds the others' partials still in L2.
+          const int per_row = job.tiles_n * job.splits, rest = local % per_row;
+          TileProduct<Exec>::run(team, static_cast<float*>(scratch), job, segments.data(), local / per_row,
+                                 rest / job.splits, rest % job.splits);
+        }
         break;
-      }
       case FusedTileKind::dueling:
-        dueling.run(team, local, static_cast<float*>(scratch));
+        if constexpr ((Kinds & kind_bit(FusedTileKind::dueling)) != 0)
+          dueling.run(team, local, static_cast<float*>(scratch));
         break;
       case FusedTileKind::c51_branch:
-        c51.branch(team, local / c51.table.branches, local % c51.table.branches, scratch);
+        if constexpr ((Kinds & kind_bit(FusedTileKind::c51_branch)) != 0)
+          c51.branch(team, local / c51.table.branches, local % c51.table.branches, scratch);
         break;
       case FusedTileKind::c51_finish:
-        c51.finish(team, scratch);
+        if constexpr ((Kinds & kind_bit(FusedTileKind::c51_finish)) != 0) c51.finish(team, scratch);
         break;
     }
     // The next tile this team runs may overwrite the scratch this one read.

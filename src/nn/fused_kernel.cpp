@@ -11,7 +11,25 @@ namespace zs {
 
 namespace {
 using Product = kernels::TileProduct<ExecSpace>;
-}
+
+// The fused program with tile() compiled for the kinds in Kinds only (FusedProgram::tile_of).
+template <int Kinds>
+struct PhaseOfKinds {
+  using Member = FusedProgramOnDevice::Member;
+  FusedProgramOnDevice f;
+  KOKKOS_INLINE_FUNCTION int phases() const { return f.phases(); }
+  KOKKOS_INLINE_FUNCTION int tiles(int p) const { return f.tiles(p); }
+  KOKKOS_INLINE_FUNCTION void tile(const Member& team, int p, int t, void* scratch) const {
+    f.template tile_of<Kinds>(team, p, t, scratch);
+  }
+};
+
+using kernels::FusedTileKind;
+using kernels::kind_bit;
+constexpr int kProducts = kind_bit(FusedTileKind::product) | kind_bit(FusedTileKind::c51_finish);
+constexpr int kDueling = kind_bit(FusedTileKind::dueling);
+constexpr int kLoss = kind_bit(FusedTileKind::c51_branch);
+}  // namespace
 
 int stages_four_at_a_time(const kernels::ProductOperand& o) {
   const std::int64_t other = o.k_stride == 1 ? o.row_stride : o.k_stride;
@@ -139,6 +157,7 @@ FusedKernel FusedBuilder::build(FusedProgramOnDevice program, std::size_t scratc
     }
   }
   std::vector<kernels::FusedItem> items = items_;
+  for (int& kinds : program.phase_kinds) kinds = 0;
   std::vector<int> phase_tiles(phase_item_.size(), 0);
   for (std::size_t p = 0; p < phase_tiles.size(); ++p) {
     const std::size_t end = p + 1 < phase_item_.size() ? static_cast<std::size_t>(phase_item_[p + 1]) : items.size();
@@ -150,6 +169,7 @@ FusedKernel FusedBuilder::build(FusedProgramOnDevice program, std::size_t scratc
       }
       it.tile0 = phase_tiles[p];
       phase_tiles[p] += it.tiles;
+      program.phase_kinds[p] |= kernels::kind_bit(static_cast<kernels::FusedTileKind>(it.kind));
     }
   }
   // Kokkos refuses empty tables' device copies no more than full ones; one dummy entry keeps a
@@ -168,6 +188,10 @@ FusedKernel FusedBuilder::build(FusedProgramOnDevice program, std::size_t scratc
   k.program_ = program;
   k.shape_ = {Product::kTeamSize, WarpTile<ExecSpace>::kVectorLength, std::max(scratch_bytes, Product::kScratchBytes)};
   k.mode_ = kCanPersist ? options.mode : PhasedMode::launches;
+  k.per_kind_ = options.kernel_per_kind;
+  // A kernel of only the dueling head or only the loss needs only what the caller asked for, not
+  // the products' stages: more of its teams fit on a multiprocessor.
+  k.small_shape_ = {k.shape_.team_size, k.shape_.vector_length, scratch_bytes};
   if (k.mode_ == PhasedMode::persistent) {
     const int widest = *std::max_element(phase_tiles.begin(), phase_tiles.end());
     k.teams_ = std::max(1, std::min(persistent_grid_teams(options.teams_per_sm), widest));
@@ -176,7 +200,21 @@ FusedKernel FusedBuilder::build(FusedProgramOnDevice program, std::size_t scratc
 }
 
 void FusedKernel::enqueue(const ExecSpace& exec) const {
-  phased_launch(exec, "zs::fused_step", program_, shape_, mode_, teams_, barrier_);
+  if (mode_ == PhasedMode::persistent || !per_kind_) {
+    phased_launch(exec, "zs::fused_step", program_, shape_, mode_, teams_, barrier_);
+    return;
+  }
+  for (int p = 0; p < program_.n_phases; ++p) {
+    const int kinds = program_.phase_kinds[p];
+    if ((kinds & ~kProducts) == 0)
+      launch_phase(exec, "zs::fused_step::products", PhaseOfKinds<kProducts>{program_}, shape_, p);
+    else if (kinds == kDueling)
+      launch_phase(exec, "zs::fused_step::dueling", PhaseOfKinds<kDueling>{program_}, small_shape_, p);
+    else if (kinds == kLoss)
+      launch_phase(exec, "zs::fused_step::loss", PhaseOfKinds<kLoss>{program_}, small_shape_, p);
+    else
+      launch_phase(exec, "zs::fused_step", program_, shape_, p);
+  }
 }
 
 int FusedKernel::launches() const {

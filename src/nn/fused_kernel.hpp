@@ -33,6 +33,10 @@ struct FusedOptions {
   // (docs/performance.md).
   int split_chunks = 0;
   int split_tiles = 512;
+  // Launches mode: each phase a kernel compiled for the kinds of tile it holds (products, the
+  // dueling head, the loss), so that each takes only its own registers; false: every phase the
+  // one kernel of all kinds (what a persistent launch always is).
+  bool kernel_per_kind = true;
 };
 
 using FusedProgramOnDevice = kernels::FusedProgram<ExecSpace>;
@@ -88,9 +92,11 @@ class FusedKernel {
   friend class FusedBuilder;
   FusedProgramOnDevice program_;
   PhasedShape shape_;
+  PhasedShape small_shape_;  // the dueling head's and the loss's own kernels (kernel_per_kind)
   PhasedMode mode_ = PhasedMode::launches;
   int teams_ = 0;
   int split_jobs_ = 0;
+  bool per_kind_ = true;
   GridBarrierState barrier_;
   DeviceFloats partials_;                  // split-K partial sums
   Kokkos::View<int*, MemSpace> counters_;  // split-K arrivals, one per split output tile
