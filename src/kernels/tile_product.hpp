@@ -20,9 +20,6 @@ namespace zs::kernels {
 struct ProductOperand {
   const float* ptr = nullptr;
   std::int64_t row_stride = 0, k_stride = 0;
-  // 1 when it may be staged four floats at a time: ptr on 16 bytes and the other stride a
-  // multiple of 4 (FusedBuilder::product decides); else one float at a time.
-  int vec = 0;
 };
 
 // One term of a product's sum: A [m, k] and B [n, k] over the same k.

@@ -89,7 +89,8 @@ void FusedBuilder::product(kernels::ProductJob job, const std::vector<kernels::P
     require(a && b && s.k >= 0, "FusedBuilder: a product segment with an operand that is neither k- nor "
             "row-contiguous (strides ", s.a.row_stride, "/", s.a.k_stride, ", ", s.b.row_stride, "/", s.b.k_stride, ")");
   }
-  // One layout a job: the tile's chunk loop is compiled for it (TileProduct::run).
+  // One layout a job: the tile's chunk loop is compiled for it and for whether every operand
+  // stages four floats at a time (TileProduct::run).
   const auto row_contiguous = [](const kernels::ProductOperand& o) { return o.k_stride != 1 ? 1 : 0; };
   job.a_km = row_contiguous(segments[0].a);
   job.b_km = row_contiguous(segments[0].b);
@@ -100,15 +101,11 @@ void FusedBuilder::product(kernels::ProductJob job, const std::vector<kernels::P
             " of a product has A ", row_contiguous(s.a) ? "row" : "k", "-contiguous and B ",
             row_contiguous(s.b) ? "row" : "k", "-contiguous; expected the layouts of segment 0 (A ",
             job.a_km ? "row" : "k", "-contiguous, B ", job.b_km ? "row" : "k", "-contiguous)");
+    job.vec = job.vec && stages_four_at_a_time(s.a) && stages_four_at_a_time(s.b) ? 1 : 0;
   }
   job.seg0 = static_cast<int>(segments_.size());
   job.segs = static_cast<int>(segments.size());
-  for (kernels::ProductSegment s : segments) {
-    s.a.vec = stages_four_at_a_time(s.a);
-    s.b.vec = stages_four_at_a_time(s.b);
-    job.vec = job.vec && s.a.vec && s.b.vec ? 1 : 0;
-    segments_.push_back(s);
-  }
+  segments_.insert(segments_.end(), segments.begin(), segments.end());
   const int count = Product::tiles(job.m, job.n, job.tiles_m, job.tiles_n);
   jobs_.push_back(job);
   tiles(kernels::FusedTileKind::product, count);

@@ -50,7 +50,7 @@ bool fused_supports(const Config& c, const FusedOptions& options, std::string* r
 
 // 1 when four consecutive floats of o's contiguous direction are always one 16-byte copy (o
 // starts on 16 bytes, its other stride a multiple of 4): FusedBuilder::product sets
-// ProductOperand::vec by it.
+// ProductJob::vec by it (every operand of every segment).
 int stages_four_at_a_time(const kernels::ProductOperand& o);
 
 class FusedKernel;
