@@ -207,7 +207,8 @@ BENCHMARK(BM_StepAllReduce)
 // the launch plans. Args: fused (0: plans; 1: a launch per phase, each of a kernel compiled for
 // its kinds of tile; 2: one persistent launch; 3: a launch per phase, all of the one kernel),
 // teams per multiprocessor of the persistent launch, split-K's chunks per split (0: no split;
-// FusedOptions::split_chunks), batch, trunk width, head width, auxiliaries (7 or 0). Counters:
+// FusedOptions::split_chunks), batch, trunk width, head width, auxiliaries (7 or 0), the
+// products' tile rows (FusedOptions::tile_rows). Counters:
 // graph nodes, the fused kernel's launches, phases and split products.
 void BM_StepFused(benchmark::State& state) {
   const zs::Config c = aux_config(static_cast<int>(state.range(4)), static_cast<int>(state.range(5)), state.range(6));
@@ -217,6 +218,7 @@ void BM_StepFused(benchmark::State& state) {
   opt.fused.kernel_per_kind = state.range(0) != 3;
   opt.fused.teams_per_sm = static_cast<int>(state.range(1));
   opt.fused.split_chunks = static_cast<int>(state.range(2));
+  opt.fused.tile_rows = static_cast<int>(state.range(7));
   opt.batch_size = static_cast<int>(state.range(3));
   zs::Trainer t(c, opt);
   if (opt.fused_step && !t.fused()) {
@@ -234,25 +236,33 @@ void BM_StepFused(benchmark::State& state) {
   }
 }
 BENCHMARK(BM_StepFused)
-    ->ArgNames({"fused", "tpsm", "split", "B", "width", "heads", "aux"})
-    ->Args({0, 1, 0, 256, 256, 128, 0})
-    ->Args({1, 1, 0, 256, 256, 128, 0})
-    ->Args({3, 1, 0, 256, 256, 128, 0})
-    ->Args({1, 1, 1, 256, 256, 128, 0})
-    ->Args({1, 1, 2, 256, 256, 128, 0})
-    ->Args({1, 1, 4, 256, 256, 128, 0})
-    ->Args({1, 1, 8, 256, 256, 128, 0})
-    ->Args({2, 2, 0, 256, 256, 128, 0})
-    ->Args({2, 2, 4, 256, 256, 128, 0})
-    ->Args({0, 1, 0, 256, 256, 128, 7})
-    ->Args({1, 1, 4, 256, 256, 128, 7})
-    ->Args({0, 1, 0, 4096, 512, 256, 0})
-    ->Args({1, 1, 0, 4096, 512, 256, 0})
-    ->Args({3, 1, 0, 4096, 512, 256, 0})
-    ->Args({1, 1, 2, 4096, 512, 256, 0})
-    ->Args({1, 1, 4, 4096, 512, 256, 0})
-    ->Args({2, 2, 2, 4096, 512, 256, 0})
-    ->UseManualTime()
+    ->ArgNames({"fused", "tpsm", "split", "B", "width", "heads", "aux", "rows"})
+    ->Args({0, 1, 0, 256, 256, 128, 0, 64})
+    ->Args({1, 1, 0, 256, 256, 128, 0, 64})
+    ->Args({3, 1, 0, 256, 256, 128, 0, 64})
+    ->Args({1, 1, 1, 256, 256, 128, 0, 64})
+    ->Args({1, 1, 2, 256, 256, 128, 0, 64})
+    ->Args({1, 1, 4, 256, 256, 128, 0, 64})
+    ->Args({1, 1, 8, 256, 256, 128, 0, 64})
+    ->Args({2, 2, 0, 256, 256, 128, 0, 64})
+    ->Args({2, 2, 4, 256, 256, 128, 0, 64})
+    ->Args({0, 1, 0, 256, 256, 128, 7, 64})
+    ->Args({1, 1, 4, 256, 256, 128, 7, 64})
+    ->Args({0, 1, 0, 4096, 512, 256, 0, 64})
+    ->Args({1, 1, 0, 4096, 512, 256, 0, 64})
+    ->Args({3, 1, 0, 4096, 512, 256, 0, 64})
+    ->Args({1, 1, 2, 4096, 512, 256, 0, 64})
+    ->Args({1, 1, 4, 4096, 512, 256, 0, 64})
+    ->Args({2, 2, 2, 4096, 512, 256, 0, 64})
+    ->Args({1, 1, 0, 256, 256, 128, 0, 32})
+    ->Args({3, 1, 0, 256, 256, 128, 0, 32})
+    ->Args({1, 1, 4, 256, 256, 128, 0, 32})
+    ->Args({1, 1, 8, 256, 256, 128, 0, 32})
+    ->Args({2, 2, 0, 256, 256, 128, 0, 32})
+    ->Args({1, 1, 4, 256, 256, 128, 7, 32})
+    ->Args({1, 1, 0, 4096, 512, 256, 0, 32})
+    ->Args({1, 1, 2, 4096, 512, 256, 0, 32})
+->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 
 }  // namespace

@@ -139,8 +139,9 @@ inline void expect_gradient_matches_finite_differences(
     }
     if (mine) {
       EXPECT_GT(nonzero, 0) << t.name << ": finite differences found no gradient at all";
-      if (tensor_rel > 0 && ref2 > 0)
+      if (tensor_rel > 0 && ref2 > 0) {
         EXPECT_LE(std::sqrt(err2 / ref2), tensor_rel) << t.name << ": relative error against finite differences";
+      }
     }
   }
 }

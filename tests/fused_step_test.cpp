@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backends/gemm.hpp"
@@ -201,16 +202,21 @@ TEST(FusedC51, OneStepMatchesTheLaunchPlans) {
   const auto seed = zs::test::fresh_seed();
   SCOPED_TRACE(testing::Message() << "seed " << seed);
   const int B = 37;
-  for (const int split_chunks : {1, 0})
+  // Split-K (64-row tiles), and unsplit with tiles of 64 rows and of 32.
+  for (const auto& [split_chunks, tile_rows] : std::vector<std::pair<int, int>>{{1, 64}, {0, 64}, {0, 32}})
   for (const auto& j : {small_net(seed), odd_net(seed)}) {
-    SCOPED_TRACE(testing::Message() << "split_chunks " << split_chunks << ", " << j.dump());
+    SCOPED_TRACE(testing::Message() << "split_chunks " << split_chunks << ", tile_rows " << tile_rows << ", "
+                                    << j.dump());
     const auto c = zs::Config::from_json(j);
-    zs::Trainer fused(c, fused_options(B, zs::PhasedMode::persistent, split_chunks)), plans(c, plan_options(B));
+    auto fo = fused_options(B, zs::PhasedMode::persistent, split_chunks);
+    fo.fused.tile_rows = tile_rows;
+    zs::Trainer fused(c, fo), plans(c, plan_options(B));
     // The plans in FP32: on TF32 backends the yardstick of how far TF32 alone moves a gradient.
     auto j32 = j;
     j32["precision"] = "fp32";
     zs::Trainer plans32(zs::Config::from_json(j32), plan_options(B));
     ASSERT_TRUE(fused.fused()) << fused.fused_off_reason();
+    EXPECT_EQ(fused.fused_kernel()->tile_rows(), tile_rows);
     // B = 37 rows are two chunks: every weight gradient splits, or none does.
     if (split_chunks == 0) {
       EXPECT_EQ(fused.fused_kernel()->split_jobs(), 0);
@@ -328,6 +334,18 @@ TEST(FusedC51, GraphReplayEqualsDirectLaunchAndTheLaunchModesAgree) {
       g.step();
       l.step();
     });
+    // Tiles of 32 rows: persistent and a launch per phase agree. (Against 64 rows only the bias
+    // gradients' row sums differ, summed by more threads of a tile on CUDA.)
+    auto p32 = fused_options(16), l32 = fused_options(16, zs::PhasedMode::launches);
+    p32.fused.tile_rows = l32.fused.tile_rows = 32;
+    zs::Trainer graph32(c, p32), launches32(c, l32);
+    zs::test::step_on_same_batches(graph32, launches32, 6, seed + 100, [](zs::Trainer& g, zs::Trainer& l) {
+      g.step();
+      l.step();
+    });
+    EXPECT_TRUE(zs::test::same_bits(host_copy(graph32.online().flat()), host_copy(launches32.online().flat())));
+    EXPECT_TRUE(zs::test::same_bits(host_copy(graph32.optimizer().v().flat()),
+                                    host_copy(launches32.optimizer().v().flat())));
     EXPECT_TRUE(graph.graph_recorded());
     for (const zs::Trainer* other : {&direct, &graph2, &launches, &graph3, &one_kernel}) {
       EXPECT_TRUE(zs::test::same_bits(host_copy(graph.online().flat()), host_copy(other->online().flat())));
@@ -421,4 +439,16 @@ TEST(FusedC51, ConfigsOutOfItsReachRunTheLaunchPlansAndSayWhy) {
   none.teams_per_sm = 0;
   EXPECT_FALSE(zs::fused_supports(zs::Config::from_json(small_net(1)), none, &why));
   EXPECT_NE(why.find("teams_per_sm = 0"), std::string::npos) << why;
+  zs::FusedOptions odd_tiles;
+  odd_tiles.tile_rows = 16;
+  EXPECT_FALSE(zs::fused_supports(zs::Config::from_json(small_net(1)), odd_tiles, &why));
+  EXPECT_NE(why.find("tile_rows = 16; expected 32 or 64"), std::string::npos) << why;
+  // More runs of tiles than the kernel's parameters hold: 9 trunk layers and 9 branches.
+  auto wide = small_net(1);
+  wide["trunk"] = std::vector<int>(9, 8);
+  wide["branches"] = std::vector<int>(9, 2);
+  const auto cw = zs::Config::from_json(wide);
+  EXPECT_GT(zs::fused_step_items(cw), zs::kernels::kFusedMaxItems);
+  EXPECT_FALSE(zs::fused_supports(cw, {}, &why));
+  EXPECT_NE(why.find("runs of tiles; it takes at most"), std::string::npos) << why;
 }

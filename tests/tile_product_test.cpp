@@ -71,12 +71,15 @@ TEST(TileProduct, EveryLayoutSegmentAndEpilogueMatchesADoubleReference) {
       {97, 41, {256}, true, false, false, false, true, true, true},
       {33, 100, {5, 77}, true, true, true, true, false, true, true},
   };
-  // Unsplit, and split-K as fine as it goes (each chunk its own tile, the last adding them up).
+  // Unsplit, and split-K as fine as it goes (each chunk its own tile, the last adding them up);
+  // tiles of 64 rows and of 32.
+  for (const int tile_rows : {64, 32})
   for (const int split_chunks : {0, 1})
   for (std::size_t ci = 0; ci < cases.size(); ++ci) {
     const Case& cs = cases[ci];
     const auto seed = zs::test::fresh_seed();
-    SCOPED_TRACE(testing::Message() << "case " << ci << ", split_chunks " << split_chunks << ", seed " << seed);
+    SCOPED_TRACE(testing::Message() << "case " << ci << ", tile_rows " << tile_rows << ", split_chunks "
+                                    << split_chunks << ", seed " << seed);
     std::vector<Operand> as, bs;
     for (std::size_t s = 0; s < cs.ks.size(); ++s) {
       as.emplace_back(cs.m, cs.ks[s], cs.a_t, cs.pad, seed + 10 * s + 1);
@@ -116,7 +119,12 @@ TEST(TileProduct, EveryLayoutSegmentAndEpilogueMatchesADoubleReference) {
     zs::Stream stream;
     zs::FusedOptions o;
     o.split_chunks = split_chunks;
+    o.tile_rows = tile_rows;
     const zs::FusedKernel k = b.build({}, 0, o);
+    EXPECT_EQ(k.tile_rows(), tile_rows);
+    if (split_chunks == 0) {
+      EXPECT_EQ(k.tiles(0), (cs.m + tile_rows - 1) / tile_rows * ((cs.n + 31) / 32));
+    }
     int chunks = 0;
     for (int kk : cs.ks) chunks += (kk + 31) / 32;
     EXPECT_EQ(k.split_jobs(), split_chunks > 0 && chunks > 1 ? 1 : 0);
@@ -175,8 +183,9 @@ TEST(TileProduct, ChainedPhasesRunPersistentOrAsLaunchesWithTheSameBits) {
   const auto w2 = zs::test::to_device(zs::test::random_normal(std::size_t(W2) * W1, seed + 3, 0.1f));
   const auto w3 = zs::test::to_device(zs::test::random_normal(std::size_t(W3) * W2, seed + 4, 0.1f));
   std::vector<std::vector<float>> results;
-  std::vector<int> splits_of;
+  std::vector<int> splits_of, rows_of;
   for (const int split_chunks : {0, 1, 2})
+  for (const int tile_rows : {64, 32})
   for (const auto mode : {zs::PhasedMode::launches, zs::PhasedMode::persistent}) {
     for (const int teams_per_sm : {1, 2}) {
       zs::DeviceFloats y1("zs::test::y1", std::size_t(R) * W1), y2("zs::test::y2", std::size_t(R) * W2),
@@ -198,6 +207,7 @@ TEST(TileProduct, ChainedPhasesRunPersistentOrAsLaunchesWithTheSameBits) {
       o.mode = mode;
       o.teams_per_sm = teams_per_sm;
       o.split_chunks = split_chunks;
+      o.tile_rows = tile_rows;
       const zs::FusedKernel k = b.build({}, 0, o);
       // k = 96 (3 chunks) and 70 (3): both split unless split_chunks is 0.
       EXPECT_EQ(k.split_jobs(), split_chunks == 0 ? 0 : 2);
@@ -213,11 +223,17 @@ TEST(TileProduct, ChainedPhasesRunPersistentOrAsLaunchesWithTheSameBits) {
       stream.synchronize();
       results.push_back(zs::test::to_host(y3));
       splits_of.push_back(split_chunks);
+      rows_of.push_back(tile_rows);
     }
   }
-  // The same bits within a split (the modes, the teams); across splits only the rounding moves.
+  // The same bits within a split and tile shape (the modes, the teams). Unsplit, every element
+  // sums its k in the same order whatever tile holds it: the same bits for both shapes too.
+  // Across splits only the rounding moves.
   for (std::size_t i = 1; i < results.size(); ++i)
-    if (splits_of[i] == splits_of[i - 1]) EXPECT_TRUE(zs::test::same_bits(results[i - 1], results[i])) << i;
+    if (splits_of[i] == splits_of[i - 1] && (rows_of[i] == rows_of[i - 1] || splits_of[i] == 0)) {
+      EXPECT_TRUE(zs::test::same_bits(results[i - 1], results[i]))
+          << i << ": split_chunks " << splits_of[i] << ", tile_rows " << rows_of[i - 1] << " and " << rows_of[i];
+    }
   // And the chain's values against double loops.
   const auto hx = zs::test::to_host(x), hw1 = zs::test::to_host(w1), hb1 = zs::test::to_host(b1);
   const auto hw2 = zs::test::to_host(w2), hw3 = zs::test::to_host(w3);
@@ -245,7 +261,7 @@ TEST(TileProduct, ChainedPhasesRunPersistentOrAsLaunchesWithTheSameBits) {
         norm += s * s;
       }
     EXPECT_LT(std::sqrt(err / norm), zs::WarpTile<zs::ExecSpace>::kRoundsToTf32 ? 3e-3 : 1e-5)
-        << "split_chunks " << splits_of[i];
+        << "split_chunks " << splits_of[i] << ", tile_rows " << rows_of[i];
   }
 }
 
@@ -277,4 +293,16 @@ TEST(TileProduct, BadJobsAreClearErrors) {
   bad.split_chunks = 2;
   bad.split_tiles = 0;
   EXPECT_NE(zs::test::error_of([&] { b.build({}, 0, bad); }).find("split_tiles = 0"), std::string::npos);
+  bad = {};
+  bad.tile_rows = 48;
+  EXPECT_NE(zs::test::error_of([&] { b.build({}, 0, bad); }).find("tile_rows = 48; expected 32 or 64"),
+            std::string::npos);
+  // The items ride in the kernel's parameters, which have room for kFusedMaxItems.
+  zs::FusedBuilder many;
+  many.phase();
+  for (int i = 0; i <= zs::kernels::kFusedMaxItems; ++i) many.tiles(zs::kernels::FusedTileKind::dueling, 1);
+  EXPECT_NE(zs::test::error_of([&] { many.build({}, 0, {}); })
+                .find(std::to_string(zs::kernels::kFusedMaxItems + 1) + " runs of tiles; the kernel's parameters hold at most " +
+                      std::to_string(zs::kernels::kFusedMaxItems)),
+            std::string::npos);
 }

@@ -19,6 +19,8 @@ struct FusedItem {
 };
 
 inline constexpr int kFusedMaxPhases = 24;
+// Items of all phases together: they ride in the kernel's parameters (FusedProgram::item_tile0).
+inline constexpr int kFusedMaxItems = 128;
 
 // A kind's bit in a mask of kinds (FusedProgram::phase_kinds, tile_of).
 KOKKOS_INLINE_FUNCTION constexpr int kind_bit(FusedTileKind k) { return 1 << static_cast<int>(k); }
@@ -30,39 +32,48 @@ struct FusedProgram {
   using Member = typename Kokkos::TeamPolicy<Exec>::member_type;
   Kokkos::View<const ProductJob*, MS> jobs;
   Kokkos::View<const ProductSegment*, MS> segments;
-  Kokkos::View<const FusedItem*, MS> items;
   int n_phases = 0;
+  int tile_rows = 64;  // the products' TileProduct rows (FusedOptions::tile_rows)
   int phase_item[kFusedMaxPhases + 1] = {};  // phase p's items: [phase_item[p], phase_item[p + 1])
   int phase_tiles[kFusedMaxPhases] = {};
   int phase_kinds[kFusedMaxPhases] = {};  // the kinds of tile phase p holds (kind_bit()s)
+  // The items (FusedItem) as the kernel's parameters: a tile finds its own by a scan of constant
+  // memory at its start instead of a chain of dependent global loads, one per item before it.
+  int item_tile0[kFusedMaxItems] = {};
+  int item_code[kFusedMaxItems] = {};  // kind | job << 2
   DuelingTiles<Exec, DuelingTable<MS>> dueling;
   C51BranchLoss<Exec> c51;
 
   KOKKOS_INLINE_FUNCTION int phases() const { return n_phases; }
   KOKKOS_INLINE_FUNCTION int tiles(int p) const { return phase_tiles[p]; }
 
+  static KOKKOS_INLINE_FUNCTION constexpr int item_code_of(int kind, int job) { return kind | job << 2; }
+
   KOKKOS_INLINE_FUNCTION void tile(const Member& team, int p, int t, void* scratch) const {
-    tile_of<kAllKinds>(team, p, t, scratch);
+    if (tile_rows == 32)
+      tile_of<kAllKinds, 32>(team, p, t, scratch);
+    else
+      tile_of<kAllKinds, 64>(team, p, t, scratch);
   }
 
   // tile() compiled for the tile kinds in `Kinds` only (a mask of kind_bit()s; the phase holds no
-  // other): a kernel of only the dueling head or only the loss then takes the registers that its
-  // own code needs, not the most any kind needs, and fits more teams on a multiprocessor.
-  template <int Kinds>
+  // other) and products of Rows-row tiles (tile_rows): a kernel of only the dueling head or only
+  // the loss then takes the registers that its own code needs, not the most any kind needs, and
+  // fits more teams on a multiprocessor.
+  template <int Kinds, int Rows>
   KOKKOS_INLINE_FUNCTION void tile_of(const Member& team, int p, int t, void* scratch) const {
     int it = phase_item[p];
-    while (it + 1 < phase_item[p + 1] && items(it + 1).tile0 <= t) ++it;
-    const FusedItem x = items(it);
-    const int local = t - x.tile0;
-    switch (static_cast<FusedTileKind>(x.kind)) {
+    while (it + 1 < phase_item[p + 1] && item_tile0[it + 1] <= t) ++it;
+    const int code = item_code[it], local = t - item_tile0[it];
+    switch (static_cast<FusedTileKind>(code & 3)) {
       case FusedTileKind::product:
         if constexpr ((Kinds & kind_bit(FusedTileKind::product)) != 0) {
-          const ProductJob job = jobs(x.job);
+          const ProductJob job = jobs(code >> 2);
           // The splits of one output tile are neighbours: they run at about the same time, so the
           // last one finds the others' partials still in L2.
           const int per_row = job.tiles_n * job.splits, rest = local % per_row;
-          TileProduct<Exec>::run(team, static_cast<float*>(scratch), job, segments.data(), local / per_row,
-                                 rest / job.splits, rest % job.splits);
+          TileProduct<Exec, Rows>::run(team, static_cast<float*>(scratch), job, segments.data(), local / per_row,
+                                       rest / job.splits, rest % job.splits);
         }
         break;
       case FusedTileKind::dueling:

@@ -1,4 +1,4 @@
-// The fused step's matrix products: one team computes a 64 × 32 tile of
+// The fused step's matrix products: one team computes a Rows × 32 tile (Rows 32 or 64) of
 //   C = epilogue( Σ over segments s of A_s · B_sᵀ ),   A_s [m, k_s], B_s [n, k_s],
 // with each operand either k-contiguous (activations, W [out, in]) or row-contiguous (the
 // transposes a backward pass reads), staged chunk by chunk through team scratch and multiplied
@@ -58,12 +58,17 @@ struct ProductJob {
   int a_km = 0, b_km = 0, vec = 0;
 };
 
-template <class Exec>
+// Rows: the tile's rows. 64 gives each warp 2 × 2 WarpTiles (each fragment loaded once feeds two
+// products); 32 gives it 1 × 2, half the chain a chunk and half the registers, and twice the
+// tiles: what a product of few tiles needs to fill the GPU.
+template <class Exec, int Rows = 64>
 struct TileProduct {
+  static_assert(Rows == 32 || Rows == 64, "a tile of 32 or 64 rows");
   using Tile = WarpTile<Exec>;
   static constexpr bool kHost = Tile::kVectorLength == 1;
-  static constexpr int kM = 64, kN = 32, kK = 32;  // C's tile and the k chunk staged at once
-  static constexpr int kWarpM = 32, kWarpN = 16;   // a warp's part of the tile: 2 × 2 WarpTiles
+  static constexpr int kM = Rows, kN = 32, kK = 32;  // C's tile and the k chunk staged at once
+  static constexpr int kWarpM = kM / 2, kWarpN = 16;  // a warp's part of the tile
+  static constexpr int kTm = kWarpM / Tile::kM, kTn = kWarpN / Tile::kN;  // its WarpTiles
   static constexpr int kWarpsN = kN / kWarpN;
   static constexpr int kWarps = (kM / kWarpM) * kWarpsN;
   // CUDA: a warp per part; host: one thread does all four.
@@ -76,12 +81,13 @@ struct TileProduct {
   static constexpr int kAFloats = kM * kRowLd > kK * kAkLd ? kM * kRowLd : kK * kAkLd;
   static constexpr int kBFloats = kN * kRowLd > kK * kBkLd ? kN * kRowLd : kK * kBkLd;
   static constexpr int kStageFloats = kAFloats + kBFloats;
-  static constexpr int kStages = 3;  // chunks in scratch at once: 42 KiB (kScratchBytes below)
+  static constexpr int kStages = 3;  // chunks in scratch at once: 42 KiB at 64 rows (kScratchBytes)
   static constexpr int kRowSumsPerThread = kHost ? kM : 1;
   // A split's partial: the accumulators as every thread holds them, then the row sums.
   static constexpr int kAccFloats = static_cast<int>(sizeof(Tile::c) / sizeof(float));
   static constexpr int kPartialFloats = kM * kN + kM;
-  static_assert(kSlots * 4 * kAccFloats * kThreads == kM * kN, "a partial holds the tile's accumulators");
+  static_assert(kSlots * kTm * kTn * kAccFloats * kThreads == kM * kN, "a partial holds the tile's accumulators");
+  using Acc = Tile[kSlots][kTm][kTn];
 
   // Chunks of kK in a segment of length k.
   KOKKOS_INLINE_FUNCTION static int chunks_of(int k) { return (k + kK - 1) / kK; }
@@ -110,13 +116,13 @@ struct TileProduct {
     const bool sums = job.row_sums != nullptr && tn == 0;
     int first = 0, count = 0;
     split_range(job.chunks, job.splits, split, first, count);
-    Tile acc[kSlots][2][2];
+    Acc acc;
     ZS_UNROLL
     for (int s = 0; s < kSlots; ++s)
       ZS_UNROLL
-      for (int i = 0; i < 2; ++i)
+      for (int i = 0; i < kTm; ++i)
         ZS_UNROLL
-        for (int j = 0; j < 2; ++j) acc[s][i][j].zero();
+        for (int j = 0; j < kTn; ++j) acc[s][i][j].zero();
     float rsum[kRowSumsPerThread];
     for (int r = 0; r < kRowSumsPerThread; ++r) rsum[r] = 0.f;
     const Chunks c{job, segments, scratch, m0, n0, first, count, sums, tid};
@@ -167,17 +173,17 @@ struct TileProduct {
   static constexpr std::size_t kScratchBytes = sizeof(float) * (kStages * kStageFloats + kSumFloats);
 
  private:
-  // This thread's part of staging one operand's chunks (rows r0 .. r0 + Rows, k k0 .. k0 + kK)
+  // This thread's part of staging one operand's chunks (rows r0 .. r0 + StageRows, k k0 .. k0 + kK)
   // into a stage, zero past the operand's edges: [k][row] rows of kLd floats when the operand is
   // row-contiguous (KM), [row][k] rows of kRowLd when k-contiguous. VEC: four floats a copy,
   // asynchronously; the thread's copies lie a fixed step apart (on CUDA), so each copy's source
   // is the first one's plus a constant times the stride. Else one float at a time.
-  template <int Rows, bool KM, bool VEC>
+  template <int StageRows, bool KM, bool VEC>
   struct Stager {
-    static constexpr int kLd = KM ? Rows + 8 : kRowLd;
-    static constexpr int kPer = KM ? Rows / 4 : kK / 4;  // copies along the contiguous direction
-    static constexpr int kCopies = Rows * kK / 4 / kThreads;
-    static constexpr int kElems = Rows * kK / kThreads;
+    static constexpr int kLd = KM ? StageRows + 8 : kRowLd;
+    static constexpr int kPer = KM ? StageRows / 4 : kK / 4;  // copies along the contiguous direction
+    static constexpr int kCopies = StageRows * kK / 4 / kThreads;
+    static constexpr int kElems = StageRows * kK / kThreads;
     static constexpr bool kStepped = kThreads % kPer == 0;
     const float* ptr = nullptr;
     std::int64_t ld = 0;  // the stride that is not 1
@@ -228,8 +234,8 @@ struct TileProduct {
           const int v = tid + i * kThreads;
           int er, ek;
           if (KM) {
-            ek = v / Rows;
-            er = v % Rows;
+            ek = v / StageRows;
+            er = v % StageRows;
           } else {
             er = v / kK;
             ek = v % kK;
@@ -285,7 +291,7 @@ struct TileProduct {
   // acc (and rsum) += the products of chunks [first, first + count) of the job, every copy into
   // scratch landed when it returns.
   template <bool AKM, bool BKM, bool VEC, class Member>
-  KOKKOS_FORCEINLINE_FUNCTION static void accumulate(const Member& team, const Chunks& c, Tile (&acc)[kSlots][2][2],
+  KOKKOS_FORCEINLINE_FUNCTION static void accumulate(const Member& team, const Chunks& c, Acc& acc,
                                                      float* rsum) {
     Cursor<AKM, BKM, VEC> next;
     seek_chunk(c.job, c.segments, c.first, next.seg, next.k0);
@@ -337,16 +343,17 @@ struct TileProduct {
     ZS_UNROLL
     for (int s = 0; s < kSlots; ++s)
       ZS_UNROLL
-      for (int i = 0; i < 2; ++i)
+      for (int i = 0; i < kTm; ++i)
         ZS_UNROLL
-        for (int j = 0; j < 2; ++j)
+        for (int j = 0; j < kTn; ++j)
           ZS_UNROLL
-          for (int e = 0; e < kAccFloats; ++e) f(acc[s][i][j].c[e], (((s * 2 + i) * 2 + j) * kAccFloats + e) * kThreads + tid);
+          for (int e = 0; e < kAccFloats; ++e)
+            f(acc[s][i][j].c[e], (((s * kTm + i) * kTn + j) * kAccFloats + e) * kThreads + tid);
   }
 
   // A split's accumulators and row sums to its partial, each thread's own values where the same
   // thread of the last split reads them back.
-  KOKKOS_INLINE_FUNCTION static void store_partial(float* p, const Tile (&acc)[kSlots][2][2], bool sums,
+  KOKKOS_INLINE_FUNCTION static void store_partial(float* p, const Acc& acc, bool sums,
                                                    const float* rsum, int tid) {
     for_each_acc(acc, tid, [&](const float& v, int at) { p[at] = v; });
     if (sums)
@@ -365,7 +372,7 @@ struct TileProduct {
   }
 
   // acc and rsum become the sum of every split's partial.
-  KOKKOS_INLINE_FUNCTION static void add_partials(const float* all, int splits, Tile (&acc)[kSlots][2][2], bool sums,
+  KOKKOS_INLINE_FUNCTION static void add_partials(const float* all, int splits, Acc& acc, bool sums,
                                                   float* rsum, int tid) {
     for_each_acc(acc, tid, [&](float& v, int at) { v = sum_of_splits(all, splits, at); });
     if (sums)
@@ -377,10 +384,10 @@ struct TileProduct {
 
   // The chunk's product, with the scratch layout of each operand known at compile time: every
   // fragment load is then one shared-memory load at a constant offset, and each warp loads its
-  // two A and two B fragments once per k-step for its four tiles. Row sums: this thread's part of
+  // kTm A and kTn B fragments once per k-step for its kTm · kTn tiles. Row sums: this thread's part of
   // its row's k (kSumParts threads a row on CUDA, so every warp takes a share).
   template <bool AKM, bool BKM, class Member>
-  KOKKOS_FORCEINLINE_FUNCTION static void multiply_as(const Member& team, const float* stage, Tile (&acc)[kSlots][2][2],
+  KOKKOS_FORCEINLINE_FUNCTION static void multiply_as(const Member& team, const float* stage, Acc& acc,
                                                  bool sums, float* rsum, int tid) {
     constexpr int a_rs = AKM ? 1 : kRowLd, a_ks = AKM ? kAkLd : 1;
     constexpr int b_rs = BKM ? 1 : kRowLd, b_ks = BKM ? kBkLd : 1;
@@ -392,16 +399,18 @@ struct TileProduct {
       const float* const wb = sb + (w % kWarpsN) * kWarpN * b_rs;
       ZS_UNROLL
       for (int kk = 0; kk < kK; kk += Tile::kK) {
-        typename Tile::AFragment fa[2];
-        typename Tile::BFragment fb[2];
+        typename Tile::AFragment fa[kTm];
+        typename Tile::BFragment fb[kTn];
         ZS_UNROLL
-        for (int i = 0; i < 2; ++i) Tile::template load_a<a_rs, a_ks>(fa[i], wa + 16 * i * a_rs + kk * a_ks);
+        for (int i = 0; i < kTm; ++i)
+          Tile::template load_a<a_rs, a_ks>(fa[i], wa + Tile::kM * i * a_rs + kk * a_ks);
         ZS_UNROLL
-        for (int j = 0; j < 2; ++j) Tile::template load_b<b_rs, b_ks>(fb[j], wb + 8 * j * b_rs + kk * b_ks);
+        for (int j = 0; j < kTn; ++j)
+          Tile::template load_b<b_rs, b_ks>(fb[j], wb + Tile::kN * j * b_rs + kk * b_ks);
         ZS_UNROLL
-        for (int i = 0; i < 2; ++i)
+        for (int i = 0; i < kTm; ++i)
           ZS_UNROLL
-          for (int j = 0; j < 2; ++j) acc[slot][i][j].mma(fa[i], fb[j]);
+          for (int j = 0; j < kTn; ++j) acc[slot][i][j].mma(fa[i], fb[j]);
       }
     }
     if (sums) {
@@ -419,14 +428,14 @@ struct TileProduct {
 
   template <class Member>
   KOKKOS_INLINE_FUNCTION static void epilogue(const Member& team, const ProductJob& job,
-                                              const Tile (&acc)[kSlots][2][2], int m0, int n0) {
+                                              const Acc& acc, int m0, int n0) {
     for (int slot = 0; slot < kSlots; ++slot) {
       const int w = (kHost ? 0 : team.team_rank()) * kSlots + slot;
       const int wm = m0 + (w / kWarpsN) * kWarpM, wn = n0 + (w % kWarpsN) * kWarpN;
-      for (int i = 0; i < 2; ++i)
-        for (int j = 0; j < 2; ++j)
+      for (int i = 0; i < kTm; ++i)
+        for (int j = 0; j < kTn; ++j)
           acc[slot][i][j].for_each([&](int m, int n, float v) {
-            const int row = wm + 16 * i + m, col = wn + 8 * j + n;
+            const int row = wm + Tile::kM * i + m, col = wn + Tile::kN * j + n;
             if (row >= job.m || col >= job.n) return;
             if (job.bias) v += job.bias[col];
             if (job.relu && v < 0.f) v = 0.f;

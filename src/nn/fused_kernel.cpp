@@ -10,17 +10,33 @@
 namespace zs {
 
 namespace {
-using Product = kernels::TileProduct<ExecSpace>;
+using Product = kernels::TileProduct<ExecSpace>;  // what does not depend on the tile's rows
+template <int Rows>
+using ProductOf = kernels::TileProduct<ExecSpace, Rows>;
 
-// The fused program with tile() compiled for the kinds in Kinds only (FusedProgram::tile_of).
-template <int Kinds>
+// What the builder needs of a tile shape.
+struct ProductShape {
+  int rows = 64;
+  std::size_t partial_floats = 0, scratch_bytes = 0;
+  int tiles(int m, int n, int& tiles_m, int& tiles_n) const {
+    return rows == 32 ? ProductOf<32>::tiles(m, n, tiles_m, tiles_n) : ProductOf<64>::tiles(m, n, tiles_m, tiles_n);
+  }
+};
+ProductShape product_shape(int rows) {
+  if (rows == 32) return {32, ProductOf<32>::kPartialFloats, ProductOf<32>::kScratchBytes};
+  return {64, ProductOf<64>::kPartialFloats, ProductOf<64>::kScratchBytes};
+}
+
+// The fused program with tile() compiled for the kinds in Kinds only and products of Rows-row
+// tiles (FusedProgram::tile_of).
+template <int Kinds, int Rows>
 struct PhaseOfKinds {
   using Member = FusedProgramOnDevice::Member;
   FusedProgramOnDevice f;
   KOKKOS_INLINE_FUNCTION int phases() const { return f.phases(); }
   KOKKOS_INLINE_FUNCTION int tiles(int p) const { return f.tiles(p); }
   KOKKOS_INLINE_FUNCTION void tile(const Member& team, int p, int t, void* scratch) const {
-    f.template tile_of<Kinds>(team, p, t, scratch);
+    f.template tile_of<Kinds, Rows>(team, p, t, scratch);
   }
 };
 
@@ -29,7 +45,23 @@ using kernels::kind_bit;
 constexpr int kProducts = kind_bit(FusedTileKind::product) | kind_bit(FusedTileKind::c51_finish);
 constexpr int kDueling = kind_bit(FusedTileKind::dueling);
 constexpr int kLoss = kind_bit(FusedTileKind::c51_branch);
+using kernels::kAllKinds;
+
+// Kokkos passes a functor of less than 4 KiB (its CudaTraits::KernelArgumentLimit, with the
+// policy beside it) as the kernel's parameters; a larger one goes through constant memory,
+// which a launch must wait for: a host synchronisation in every step.
+static_assert(sizeof(phased_detail::EveryPhase<ExecSpace, PhaseOfKinds<kAllKinds, 64>>) <= 3584,
+              "the fused kernel's functor must stay a kernel parameter");
 }  // namespace
+
+int fused_step_items(const Config& c) {
+  // Forward, three passes (online on s and s', target on s'): a job per trunk layer and per
+  // head's two layers, and the dueling head's tiles. The loss: one. Backward: each head's input
+  // and weight gradients and the loss's totals; the features' gradient and each head's hidden
+  // weights; each trunk layer's weight gradient and, above the first, its input gradient.
+  const int T = static_cast<int>(c.trunk.size()), heads = 1 + static_cast<int>(c.branches.size());
+  return 3 * (T + 2 * heads) + 1 + 1 + (2 * heads + 1) + (1 + heads) + (2 * T - 1);
+}
 
 int stages_four_at_a_time(const kernels::ProductOperand& o) {
   const std::int64_t other = o.k_stride == 1 ? o.row_stride : o.k_stride;
@@ -63,6 +95,11 @@ bool fused_supports(const Config& c, const FusedOptions& o, std::string* reason)
                   kFusedScratchBudget));
   if (o.teams_per_sm < 1)
     return no(str("teams_per_sm = ", o.teams_per_sm, "; expected at least 1"));
+  if (o.tile_rows != 32 && o.tile_rows != 64)
+    return no(str("tile_rows = ", o.tile_rows, "; expected 32 or 64"));
+  if (fused_step_items(c) > kernels::kFusedMaxItems)
+    return no(str("the fused step of ", T, " trunk layers and ", c.branches.size(), " branches has ",
+                  fused_step_items(c), " runs of tiles; it takes at most ", kernels::kFusedMaxItems));
   return true;
 }
 
@@ -119,6 +156,11 @@ FusedKernel FusedBuilder::build(FusedProgramOnDevice program, std::size_t scratc
           " bytes of team scratch; the budget is ", kFusedScratchBudget);
   require(options.split_chunks >= 0 && options.split_tiles >= 1, "FusedBuilder: split_chunks = ",
           options.split_chunks, ", split_tiles = ", options.split_tiles, "; expected at least 0 and 1");
+  require(options.tile_rows == 32 || options.tile_rows == 64, "FusedBuilder: tile_rows = ", options.tile_rows,
+          "; expected 32 or 64");
+  require(items_.size() <= static_cast<std::size_t>(kernels::kFusedMaxItems), "FusedBuilder: ", items_.size(),
+          " runs of tiles; the kernel's parameters hold at most ", kernels::kFusedMaxItems);
+  const ProductShape shape = product_shape(options.tile_rows);
   using MS = ExecSpace::memory_space;
   FusedKernel k;
   // Split-K: each job's chunks and splits and the workspace they need; then every phase's tiles
@@ -126,6 +168,7 @@ FusedKernel FusedBuilder::build(FusedProgramOnDevice program, std::size_t scratc
   std::vector<kernels::ProductJob> jobs = jobs_;
   std::int64_t partial_floats = 0, counters = 0;
   for (auto& j : jobs) {
+    shape.tiles(j.m, j.n, j.tiles_m, j.tiles_n);
     j.chunks = 0;
     for (int s = 0; s < j.segs; ++s) j.chunks += Product::chunks_of(segments_[j.seg0 + s].k);
     const int tiles = j.tiles_m * j.tiles_n;
@@ -135,7 +178,7 @@ FusedKernel FusedBuilder::build(FusedProgramOnDevice program, std::size_t scratc
       j.splits = std::max(1, std::min(by_chunks, options.split_tiles / tiles));
     }
     if (j.splits > 1) {
-      partial_floats += static_cast<std::int64_t>(tiles) * j.splits * Product::kPartialFloats;
+      partial_floats += static_cast<std::int64_t>(tiles) * j.splits * static_cast<std::int64_t>(shape.partial_floats);
       counters += tiles;
       ++k.split_jobs_;
     }
@@ -149,7 +192,7 @@ FusedKernel FusedBuilder::build(FusedProgramOnDevice program, std::size_t scratc
       const int tiles = j.tiles_m * j.tiles_n;
       j.partials = k.partials_.data() + at;
       j.counters = k.counters_.data() + c;
-      at += static_cast<std::int64_t>(tiles) * j.splits * Product::kPartialFloats;
+      at += static_cast<std::int64_t>(tiles) * j.splits * static_cast<std::int64_t>(shape.partial_floats);
       c += tiles;
     }
   }
@@ -175,15 +218,19 @@ FusedKernel FusedBuilder::build(FusedProgramOnDevice program, std::size_t scratc
   auto segments = segments_.empty() ? std::vector<kernels::ProductSegment>(1) : segments_;
   program.jobs = device_table<MS>("zs::fused::jobs", jobs);
   program.segments = device_table<MS>("zs::fused::segments", segments);
-  program.items = device_table<MS>("zs::fused::items", items);
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    program.item_tile0[i] = items[i].tile0;
+    program.item_code[i] = FusedProgramOnDevice::item_code_of(items[i].kind, items[i].job);
+  }
   program.n_phases = phases();
+  program.tile_rows = shape.rows;
   for (int p = 0; p < phases(); ++p) {
     program.phase_item[p] = phase_item_[p];
     program.phase_tiles[p] = phase_tiles[p];
   }
   program.phase_item[phases()] = static_cast<int>(items.size());
   k.program_ = program;
-  k.shape_ = {Product::kTeamSize, WarpTile<ExecSpace>::kVectorLength, std::max(scratch_bytes, Product::kScratchBytes)};
+  k.shape_ = {Product::kTeamSize, WarpTile<ExecSpace>::kVectorLength, std::max(scratch_bytes, shape.scratch_bytes)};
   k.mode_ = kCanPersist ? options.mode : PhasedMode::launches;
   k.per_kind_ = options.kernel_per_kind;
   // A kernel of only the dueling head or only the loss needs only what the caller asked for, not
@@ -197,20 +244,29 @@ FusedKernel FusedBuilder::build(FusedProgramOnDevice program, std::size_t scratc
 }
 
 void FusedKernel::enqueue(const ExecSpace& exec) const {
+  if (program_.tile_rows == 32)
+    enqueue_as<32>(exec);
+  else
+    enqueue_as<64>(exec);
+}
+
+template <int Rows>
+void FusedKernel::enqueue_as(const ExecSpace& exec) const {
+  const PhaseOfKinds<kAllKinds, Rows> all{program_};
   if (mode_ == PhasedMode::persistent || !per_kind_) {
-    phased_launch(exec, "zs::fused_step", program_, shape_, mode_, teams_, barrier_);
+    phased_launch(exec, "zs::fused_step", all, shape_, mode_, teams_, barrier_);
     return;
   }
   for (int p = 0; p < program_.n_phases; ++p) {
     const int kinds = program_.phase_kinds[p];
     if ((kinds & ~kProducts) == 0)
-      launch_phase(exec, "zs::fused_step::products", PhaseOfKinds<kProducts>{program_}, shape_, p);
-    else if (kinds == kDueling)
-      launch_phase(exec, "zs::fused_step::dueling", PhaseOfKinds<kDueling>{program_}, small_shape_, p);
+      launch_phase(exec, "zs::fused_step::products", PhaseOfKinds<kProducts, Rows>{program_}, shape_, p);
+    else if (kinds == kDueling)  // the head's and the loss's kernels have no product in them
+      launch_phase(exec, "zs::fused_step::dueling", PhaseOfKinds<kDueling, 64>{program_}, small_shape_, p);
     else if (kinds == kLoss)
-      launch_phase(exec, "zs::fused_step::loss", PhaseOfKinds<kLoss>{program_}, small_shape_, p);
+      launch_phase(exec, "zs::fused_step::loss", PhaseOfKinds<kLoss, 64>{program_}, small_shape_, p);
     else
-      launch_phase(exec, "zs::fused_step", program_, shape_, p);
+      launch_phase(exec, "zs::fused_step", all, shape_, p);
   }
 }
 

@@ -37,6 +37,9 @@ struct FusedOptions {
   // dueling head, the loss), so that each takes only its own registers; false: every phase the
   // one kernel of all kinds (what a persistent launch always is).
   bool kernel_per_kind = true;
+  // The products' tiles: 64 × 32 (each warp's fragments feed 2 × 2 tensor-core products) or
+  // 32 × 32 (half a tile's chain and registers, twice the tiles).
+  int tile_rows = 64;
 };
 
 using FusedProgramOnDevice = kernels::FusedProgram<ExecSpace>;
@@ -44,6 +47,10 @@ using FusedProgramOnDevice = kernels::FusedProgram<ExecSpace>;
 // The team scratch a fused kernel may use, as the dueling head and the C51 loss count it:
 // within what a CUDA block gets without opting in to more, less Kokkos' own.
 inline constexpr std::size_t kFusedScratchBudget = 46 * 1024;
+
+// Items (runs of one kind of tile) the fused C51 step of `c` has: every product job and every
+// other run of tiles (losses/c51_fused.cpp, nn/fused_forward.cpp).
+int fused_step_items(const Config& c);
 
 // Whether a fused kernel can run `c`'s network and loss; when not, why, in `reason`.
 bool fused_supports(const Config& c, const FusedOptions& options, std::string* reason = nullptr);
@@ -79,6 +86,7 @@ class FusedKernel {
   // Enqueues every phase on `exec`: no allocation, no sync. Two launches of one kernel must not
   // run side by side (they share the grid barrier): on one stream they never do.
   void enqueue(const ExecSpace& exec) const;
+  int tile_rows() const { return program_.tile_rows; }
   int phases() const { return program_.n_phases; }
   int tiles(int phase) const { return program_.phase_tiles[phase]; }
   // The persistent launch's teams; 0 when the phases are separate launches.
@@ -90,6 +98,8 @@ class FusedKernel {
 
  private:
   friend class FusedBuilder;
+  template <int Rows>
+  void enqueue_as(const ExecSpace& exec) const;
   FusedProgramOnDevice program_;
   PhasedShape shape_;
   PhasedShape small_shape_;  // the dueling head's and the loss's own kernels (kernel_per_kind)
