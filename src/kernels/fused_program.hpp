@@ -41,6 +41,7 @@ struct FusedProgram {
   // memory at its start instead of a chain of dependent global loads, one per item before it.
   int item_tile0[kFusedMaxItems] = {};
   int item_code[kFusedMaxItems] = {};  // kind | job << 2
+  int item_seg0[kFusedMaxItems] = {};  // a product's first segment: its load need not wait for the job's
   DuelingTiles<Exec, DuelingTable<MS>> dueling;
   C51BranchLoss<Exec> c51;
 
@@ -72,8 +73,8 @@ struct FusedProgram {
           // The splits of one output tile are neighbours: they run at about the same time, so the
           // last one finds the others' partials still in L2.
           const int per_row = job.tiles_n * job.splits, rest = local % per_row;
-          TileProduct<Exec, Rows>::run(team, static_cast<float*>(scratch), job, segments.data(), local / per_row,
-                                       rest / job.splits, rest % job.splits);
+          TileProduct<Exec, Rows>::run(team, static_cast<float*>(scratch), job, segments.data() + item_seg0[it],
+                                       local / per_row, rest / job.splits, rest % job.splits);
         }
         break;
       case FusedTileKind::dueling:

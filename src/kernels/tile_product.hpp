@@ -103,7 +103,8 @@ struct TileProduct {
     return tiles_m * tiles_n;
   }
 
-  // Split `split` of tile (tm, tn) of `job`; `scratch` holds kScratchBytes. Called by the whole
+  // Split `split` of tile (tm, tn) of `job`, whose segments are segments[0 .. job.segs) (the
+  // table's from job.seg0 on); `scratch` holds kScratchBytes. Called by the whole
   // team. The k chunks stream through kStages stages of scratch: while the tensor cores work on
   // chunk c, chunks c + 1 .. c + kStages − 1 are on their way (cp.async on CUDA), one barrier a
   // chunk. The job's layouts and staging pick one of eight bodies here, once a tile, so that in
@@ -199,6 +200,16 @@ struct TileProduct {
         kpos = v % kPer * 4;
       }
     }
+    // Element v of a chunk, one float a copy.
+    KOKKOS_INLINE_FUNCTION static void place(int v, int& row, int& kpos) {
+      if (KM) {
+        kpos = v / StageRows;
+        row = v % StageRows;
+      } else {
+        row = v / kK;
+        kpos = v % kK;
+      }
+    }
     KOKKOS_INLINE_FUNCTION void start(const ProductOperand& o, int first_row, int all_rows, int first_k, int seg_k,
                                       int tid) {
       ptr = o.ptr;
@@ -229,20 +240,20 @@ struct TileProduct {
           Tile::copy4_async(dst + (KM ? ck * kLd + cr : cr * kRowLd + ck), valid > 0 ? ptr + at : ptr, valid);
         }
       } else {
+        // Every load before the first store into scratch (as the epilogue's, for the same reason).
+        float got[kElems];
         ZS_UNROLL
         for (int i = 0; i < kElems; ++i) {
-          const int v = tid + i * kThreads;
           int er, ek;
-          if (KM) {
-            ek = v / StageRows;
-            er = v % StageRows;
-          } else {
-            er = v / kK;
-            ek = v % kK;
-          }
+          place(tid + i * kThreads, er, ek);
           const int gr = r0 + er, gk = k0 + ek;
-          dst[KM ? ek * kLd + er : er * kRowLd + ek] =
-              gr < rows && gk < k ? Tile::load_shared(ptr + (KM ? gr + gk * ld : gr * ld + gk)) : 0.f;
+          got[i] = gr < rows && gk < k ? Tile::load_shared(ptr + (KM ? gr + gk * ld : gr * ld + gk)) : 0.f;
+        }
+        ZS_UNROLL
+        for (int i = 0; i < kElems; ++i) {
+          int er, ek;
+          place(tid + i * kThreads, er, ek);
+          dst[KM ? ek * kLd + er : er * kRowLd + ek] = got[i];
         }
       }
     }
@@ -256,7 +267,7 @@ struct TileProduct {
     Stager<kN, BKM, VEC> b;
     KOKKOS_FORCEINLINE_FUNCTION void start(const ProductJob& job, const ProductSegment* segments, int m0, int n0,
                                            int tid) {
-      const ProductSegment& s = segments[job.seg0 + seg];
+      const ProductSegment& s = segments[seg];
       seg_k = s.k;
       a.start(s.a, m0, job.m, k0, seg_k, tid);
       b.start(s.b, n0, job.n, k0, seg_k, tid);
@@ -273,7 +284,7 @@ struct TileProduct {
       }
       k0 = 0;
       do ++seg;
-      while (seg < job.segs && segments[job.seg0 + seg].k == 0);
+      while (seg < job.segs && segments[seg].k == 0);
       if (seg < job.segs) start(job, segments, m0, n0, tid);
     }
   };
@@ -327,7 +338,7 @@ struct TileProduct {
     seg = 0;
     k0 = 0;
     while (seg < job.segs) {
-      const int n = chunks_of(segments[job.seg0 + seg].k);
+      const int n = chunks_of(segments[seg].k);
       if (c < n) {
         k0 = c * kK;
         return;
@@ -426,23 +437,49 @@ struct TileProduct {
     }
   }
 
-  template <class Member>
-  KOKKOS_INLINE_FUNCTION static void epilogue(const Member& team, const ProductJob& job,
-                                              const Acc& acc, int m0, int n0) {
+  // Accumulator elements a thread holds.
+  static constexpr int kMine = kSlots * kTm * kTn * kAccFloats;
+
+  // f(row, col, v) for every accumulator element this thread holds, in the same order each call.
+  template <class Member, class F>
+  KOKKOS_FORCEINLINE_FUNCTION static void for_each_element(const Member& team, const Acc& acc, int m0, int n0,
+                                                           const F& f) {
+    ZS_UNROLL
     for (int slot = 0; slot < kSlots; ++slot) {
       const int w = (kHost ? 0 : team.team_rank()) * kSlots + slot;
       const int wm = m0 + (w / kWarpsN) * kWarpM, wn = n0 + (w % kWarpsN) * kWarpN;
+      ZS_UNROLL
       for (int i = 0; i < kTm; ++i)
+        ZS_UNROLL
         for (int j = 0; j < kTn; ++j)
-          acc[slot][i][j].for_each([&](int m, int n, float v) {
-            const int row = wm + Tile::kM * i + m, col = wn + Tile::kN * j + n;
-            if (row >= job.m || col >= job.n) return;
-            if (job.bias) v += job.bias[col];
-            if (job.relu && v < 0.f) v = 0.f;
-            if (job.mask && Tile::load_shared(job.mask + row * job.mask_ld + col) <= 0.f) v = 0.f;
-            job.out[row * job.out_ld + col] = v;
-          });
+          acc[slot][i][j].for_each(
+              [&](int m, int n, float v) { f(wm + Tile::kM * i + m, wn + Tile::kN * j + n, v); });
     }
+  }
+
+  // Every bias and mask value first, then the stores: a load after a store through a pointer
+  // the compiler cannot tell apart from its own waits for it, so loads between the stores would
+  // cost a memory latency each, one after another.
+  template <class Member>
+  KOKKOS_INLINE_FUNCTION static void epilogue(const Member& team, const ProductJob& job, const Acc& acc, int m0,
+                                              int n0) {
+    float add[kMine], keep[kMine];
+    int e = 0;
+    for_each_element(team, acc, m0, n0, [&](int row, int col, float) {
+      const bool in = row < job.m && col < job.n;
+      add[e] = in && job.bias ? job.bias[col] : 0.f;
+      keep[e] = in && job.mask ? Tile::load_shared(job.mask + row * job.mask_ld + col) : 1.f;
+      ++e;
+    });
+    e = 0;
+    for_each_element(team, acc, m0, n0, [&](int row, int col, float v) {
+      const int at = e++;
+      if (row >= job.m || col >= job.n) return;
+      if (job.bias) v += add[at];
+      if (job.relu && v < 0.f) v = 0.f;
+      if (keep[at] <= 0.f) v = 0.f;  // a NaN activation keeps its gradient
+      job.out[row * job.out_ld + col] = v;
+    });
   }
 };
 

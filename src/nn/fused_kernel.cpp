@@ -221,6 +221,8 @@ FusedKernel FusedBuilder::build(FusedProgramOnDevice program, std::size_t scratc
   for (std::size_t i = 0; i < items.size(); ++i) {
     program.item_tile0[i] = items[i].tile0;
     program.item_code[i] = FusedProgramOnDevice::item_code_of(items[i].kind, items[i].job);
+    const bool product = items[i].kind == static_cast<int>(kernels::FusedTileKind::product);
+    program.item_seg0[i] = product ? jobs[static_cast<std::size_t>(items[i].job)].seg0 : 0;
   }
   program.n_phases = phases();
   program.tile_rows = shape.rows;
