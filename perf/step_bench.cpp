@@ -40,6 +40,7 @@ void time_steps(benchmark::State& state, const zs::Config& c, const zs::TrainerO
   fill_batch(t);
   zs::bench::time_on_stream(state, t.stream(), [&] { t.step(); }, calls);
   state.counters["graph_nodes"] = static_cast<double>(t.graph_nodes());
+  state.counters["fused"] = t.fused() ? 1 : 0;
   if (opt.programmatic_launch) state.counters["programmatic_edges"] = static_cast<double>(t.graph_programmatic_edges());
 }
 
@@ -58,12 +59,13 @@ BENCHMARK(BM_Step)
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 
-// The graph-replayed step with the side lane (1, the default) and without (0): what running the
-// weight gradients beside the input gradients buys. Args: side, batch, trunk width, head width,
+// The launch plans' graph-replayed step with the side lane (1, the default) and without (0): what
+// running the weight gradients beside the input gradients buys. Args: side, batch, trunk width, head width,
 // auxiliaries (7: IQN, ensemble and CQL on; 0: plain).
 void BM_StepSideLane(benchmark::State& state) {
   const zs::Config c = aux_config(static_cast<int>(state.range(2)), static_cast<int>(state.range(3)), state.range(4));
   zs::TrainerOptions opt;
+  opt.fused_step = false;  // the launch plans' option
   opt.side_lane = state.range(0) != 0;
   opt.batch_size = static_cast<int>(state.range(1));
   time_steps(state, c, opt, 20);
@@ -81,6 +83,7 @@ BENCHMARK(BM_StepSideLane)
 void BM_StepFusedBias(benchmark::State& state) {
   const zs::Config c = bench_config(static_cast<int>(state.range(2)), static_cast<int>(state.range(3)));
   zs::TrainerOptions opt;
+  opt.fused_step = false;  // the launch plans' option
   opt.fused_bias = state.range(0) != 0;
   opt.batch_size = static_cast<int>(state.range(1));
   time_steps(state, c, opt, 20);
@@ -119,6 +122,7 @@ BENCHMARK(BM_StepPostsBeside)
 void BM_StepProgrammatic(benchmark::State& state) {
   const zs::Config c = aux_config(static_cast<int>(state.range(2)), static_cast<int>(state.range(3)), state.range(4));
   zs::TrainerOptions opt;
+  opt.fused_step = false;  // measured on the launch plans' many kernels
   opt.programmatic_launch = state.range(0) != 0;
   opt.batch_size = static_cast<int>(state.range(1));
   time_steps(state, c, opt, 20);
@@ -137,6 +141,7 @@ void BM_StepPhase(benchmark::State& state) {
   zs::Config c;
   c.spectral_norm = 1.f;
   zs::TrainerOptions opt;
+  opt.fused_step = false;  // the launch plans' phases (fused, the forward is inside the loss terms' phase)
   if (state.range(1) == 1) {
     opt.batch_size = 4096;
     c.trunk = {512, 512};
@@ -214,6 +219,7 @@ void BM_StepFused(benchmark::State& state) {
   const zs::Config c = aux_config(static_cast<int>(state.range(4)), static_cast<int>(state.range(5)), state.range(6));
   zs::TrainerOptions opt;
   opt.fused_step = state.range(0) != 0;
+  opt.fused_max_batch = 1 << 30;  // measured at every batch, whichever the default picks
   opt.fused.mode = state.range(0) == 2 ? zs::PhasedMode::persistent : zs::PhasedMode::launches;
   opt.fused.kernel_per_kind = state.range(0) != 3;
   opt.fused.teams_per_sm = static_cast<int>(state.range(1));
@@ -262,6 +268,16 @@ BENCHMARK(BM_StepFused)
     ->Args({1, 1, 4, 256, 256, 128, 7, 32})
     ->Args({1, 1, 0, 4096, 512, 256, 0, 32})
     ->Args({1, 1, 2, 4096, 512, 256, 0, 32})
+    ->Args({0, 1, 0, 512, 256, 128, 0, 32})
+    ->Args({1, 1, 0, 512, 256, 128, 0, 32})
+    ->Args({0, 1, 0, 1024, 256, 128, 0, 32})
+    ->Args({1, 1, 0, 1024, 256, 128, 0, 32})
+    ->Args({1, 1, 2, 1024, 256, 128, 0, 32})
+    ->Args({0, 1, 0, 2048, 256, 128, 0, 32})
+    ->Args({1, 1, 0, 2048, 256, 128, 0, 32})
+    ->Args({1, 1, 2, 2048, 256, 128, 0, 32})
+    ->Args({0, 1, 0, 1024, 512, 256, 0, 32})
+    ->Args({1, 1, 0, 1024, 512, 256, 0, 32})
 ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 

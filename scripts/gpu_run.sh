@@ -57,12 +57,16 @@ if [ -z "${ZS_SKIP_TRAIN:-}" ]; then
 fi
 # Kernel by kernel: one step of each benchmark matching ZS_NCU_FILTER under Nsight Compute
 # (the benchmarks mark that step with profiler_start/stop), summed by tools/ncu_summary.py.
+# ZS_NCU_CACHE: Nsight's --cache-control. none (the default): each kernel finds the caches as the
+# kernels before it left them, as in a graph replay, where the step's few MB stay in L2; all:
+# flushed before each kernel (Nsight's own default, what sessions up to the fourteenth measured).
 ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+ncu_cache="${ZS_NCU_CACHE:-none}"
 if [ -n "${ZS_NCU_FILTER:-}" ]; then
   : > "$out/ncu.md"
   for b in $(./build/cuda/bin/zerosync_bench --benchmark_list_tests --benchmark_filter="$ZS_NCU_FILTER"); do
     timeout 240 "$ncu" --profile-from-start off --graph-profiling node --clock-control none \
-      --metrics gpu__time_duration.sum --csv --log-file /tmp/zs-ncu.csv \
+      --cache-control "$ncu_cache" --metrics gpu__time_duration.sum --csv --log-file /tmp/zs-ncu.csv \
       ./build/cuda/bin/zerosync_bench --benchmark_filter="^${b}\$" --benchmark_min_time=0.0001 > /dev/null 2>&1
     python3 tools/ncu_summary.py /tmp/zs-ncu.csv "$b" >> "$out/ncu.md" 2>&1 || head -5 /tmp/zs-ncu.csv >> "$out/ncu.md"
   done
@@ -72,7 +76,7 @@ fi
 # regex), in one step of the benchmark ZS_NCU_DETAIL_BENCH (a filter naming one benchmark).
 if [ -n "${ZS_NCU_DETAIL:-}" ]; then
   timeout 300 "$ncu" --profile-from-start off --graph-profiling node --clock-control none \
-    --kernel-name-base demangled -k "regex:${ZS_NCU_DETAIL}" \
+    --cache-control "$ncu_cache" --kernel-name-base demangled -k "regex:${ZS_NCU_DETAIL}" \
     --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
     --section MemoryWorkloadAnalysis ./build/cuda/bin/zerosync_bench --benchmark_filter="${ZS_NCU_DETAIL_BENCH:-BM_StepAux/0}" \
     --benchmark_min_time=0.0001 > "$out/ncu-detail.txt" 2>&1

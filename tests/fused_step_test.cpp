@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <utility>
@@ -243,7 +244,23 @@ TEST(FusedC51, OneStepMatchesTheLaunchPlans) {
     const auto b32 = to_host(plans32.loss().best);
     int differ32 = 0;  // a different a* is a different loss, not a rounding of the same one
     for (std::size_t i = 0; i < bf.size(); ++i) differ32 += bf[i] != b32[i];
-    if (differ == 0 && differ32 == 0) {
+    // Likewise a hidden unit that one step's ReLU kept and the other's cut (a pre-activation
+    // within TF32's rounding of 0): its sample's gradient through that unit is there in one and
+    // not in the other. Rare, and only where TF32 rounds; many would be a wrong forward.
+    int flips = 0, units = 0;
+    auto count_flips = [&](const zs::DeviceFloats& x, const zs::DeviceFloats& y) {
+      const auto hx = to_host(x), hy = to_host(y);
+      for (std::size_t i = 0; i < hx.size(); ++i) flips += (hx[i] > 0.f) != (hy[i] > 0.f);
+      units += static_cast<int>(hx.size());
+    };
+    const zs::Activations &af = fused.online_acts(), &ap = plans.online_acts();
+    for (std::size_t i = 0; i < af.trunk.size(); ++i) count_flips(af.trunk[i], ap.trunk[i]);
+    count_flips(af.value_hidden, ap.value_hidden);
+    for (std::size_t k = 0; k < af.branch_hidden.size(); ++k) count_flips(af.branch_hidden[k], ap.branch_hidden[k]);
+    EXPECT_LE(flips, kTf32 ? units / 200 : 0) << "the ReLU kept different units in " << flips << " of " << units;
+    if (flips > 0) std::printf("[  NOTE    ] %d of %d hidden units on the other side of the ReLU: the gradients "
+                               "are not compared on this draw\n", flips, units);
+    if (differ == 0 && differ32 == 0 && flips == 0) {
       EXPECT_LT(max_rel(to_host(fused.loss().priorities), to_host(plans.loss().priorities)), tol);
       EXPECT_LT(max_rel(to_host(fused.loss().projected), to_host(plans.loss().projected)), tol);
       // Every tensor of the main network written, each on its own scale. FP32 (the host): the

@@ -12,6 +12,16 @@
 
 namespace zs {
 
+namespace {
+// Whether the batch is one the fused step is meant for (TrainerOptions::fused_max_batch).
+bool fused_batch_fits(const TrainerOptions& o, std::string* reason) {
+  if (o.batch_size <= o.fused_max_batch) return true;
+  *reason = str("batch ", o.batch_size, " is above fused_max_batch ", o.fused_max_batch,
+                " (the launch plans' products win at large batches on this backend)");
+  return false;
+}
+}  // namespace
+
 const TermMetrics* StepMetrics::term(const std::string& name) const {
   for (const auto& t : terms)
     if (t.name == name) return &t;
@@ -32,7 +42,8 @@ Trainer::Trainer(const Config& config, const TrainerOptions& options)
       acts_target_(config_, options.batch_size),
       buffers_(layout_, 1 + static_cast<int>(enabled_terms(config_).size())),
       c51_(config_, options.batch_size, buffers_.loss(0)),
-      fused_(options.fused_step && fused_supports(config_, options.fused, &fused_off_reason_)),
+      fused_(options.fused_step && fused_batch_fits(options, &fused_off_reason_) &&
+             fused_supports(config_, options.fused, &fused_off_reason_)),
       ctx_{config_,      layout_, net_, online_,   target_,
            batch_,       acts_online_, acts_target_, c51_, buffers_,
            options.group ? std::int64_t{options.group->rank()} * options.batch_size : 0, side_.get(),

@@ -64,11 +64,13 @@ struct TrainerOptions {
   // for its results. CUDA sm_90 only; nothing on the host. Off until the H200 has measured it
   // (BM_StepProgrammatic).
   bool programmatic_launch = false;
-  // The forward, the C51 loss and its backward as one fused kernel (losses/c51_fused.hpp): one
-  // persistent launch with grid barriers between its phases on CUDA, a launch per phase on the
-  // host. Where the config is one it cannot run (fused_supports), the launch plans run instead:
-  // Trainer::fused() says which. Per backend (kFusedStep): off until measured to win.
+  // The forward, the C51 loss and its backward as one fused kernel (losses/c51_fused.hpp), a
+  // launch per phase (FusedOptions::mode), for batches of at most fused_max_batch. Where the
+  // config is one it cannot run (fused_supports) or the batch is larger, the launch plans run
+  // instead: Trainer::fused() says which. Per backend (kFusedStep, kFusedMaxBatch): on CUDA,
+  // where it wins at B = 256 and loses at 4096; off on the host.
   bool fused_step = kFusedStep;
+  int fused_max_batch = kFusedMaxBatch;
   FusedOptions fused{};
 };
 
@@ -183,6 +185,7 @@ class Trainer {
   const ParamBuffer& applied_grad() const { return applied_ ? *applied_ : grad(); }
   const Optimizer& optimizer() const { return optimizer_; }
   const C51Outputs& loss() const { return c51_; }
+  const Activations& online_acts() const { return acts_online_; }  // the last step's, on s and s'
   DeviceScalar<double> grad_norm() const { return terms_.front()->norm(); }  // C51's
   const TrainingGuard& guard() const { return guard_; }
   // The spectral-norm projection, nullptr when the config has it off.

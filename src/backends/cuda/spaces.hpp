@@ -13,9 +13,12 @@ inline constexpr int kAtomTeam = 64;
 // A dense layer's bias and ReLU inside its product (cuBLASLt's epilogue) beat a product and a
 // bias pass here: the H200 step 3.5 % faster at B = 256, 5.1 % at 4096 / 512 / 256.
 inline constexpr bool kBiasInProducts = true;
-// The C51 term's forward, loss and backward as one fused persistent kernel (TrainerOptions::
-// fused_step): off until the H200 has measured it against the launch plans (BM_StepFused).
-inline constexpr bool kFusedStep = false;
+// The C51 term's forward, loss and backward as one fused kernel a phase (TrainerOptions::
+// fused_step) for batches up to kFusedMaxBatch: on the H200 at B = 256 it took 116.4 µs a step
+// against the launch plans' 126.1 (32-row tiles, BM_StepFused); at 4096 / 512 / 256 the plans'
+// cuBLAS products win (632 against 1,475 µs).
+inline constexpr bool kFusedStep = true;
+inline constexpr int kFusedMaxBatch = 1024;
 // Every block of a launch can be kept resident (a league sized by persistent_grid_teams), so a
 // phased kernel may run as one launch with grid barriers between its phases.
 inline constexpr bool kCanPersist = true;

@@ -16,6 +16,7 @@ inline constexpr bool kBiasInProducts = false;
 // The fused step's tiles run on the host's scalar loops, far slower than OpenBLAS: the host
 // keeps the launch plans (TrainerOptions::fused_step), and runs the fused kernel in tests.
 inline constexpr bool kFusedStep = false;
+inline constexpr int kFusedMaxBatch = 1 << 30;
 // OpenMP runs a league's teams on however many threads it has, in turns: a team waiting at a grid
 // barrier could wait for one that never starts, so a phased kernel is one launch per phase.
 inline constexpr bool kCanPersist = false;
