@@ -213,7 +213,7 @@ BENCHMARK(BM_StepAllReduce)
 // its kinds of tile; 2: one persistent launch; 3: a launch per phase, all of the one kernel),
 // teams per multiprocessor of the persistent launch, split-K's chunks per split (0: no split;
 // FusedOptions::split_chunks), batch, trunk width, head width, auxiliaries (7 or 0), the
-// products' tile rows (FusedOptions::tile_rows). Counters:
+// products' tile rows and columns (FusedOptions::tile_rows, tile_cols). Counters:
 // graph nodes, the fused kernel's launches, phases and split products.
 void BM_StepFused(benchmark::State& state) {
   const zs::Config c = aux_config(static_cast<int>(state.range(4)), static_cast<int>(state.range(5)), state.range(6));
@@ -225,6 +225,7 @@ void BM_StepFused(benchmark::State& state) {
   opt.fused.teams_per_sm = static_cast<int>(state.range(1));
   opt.fused.split_chunks = static_cast<int>(state.range(2));
   opt.fused.tile_rows = static_cast<int>(state.range(7));
+  opt.fused.tile_cols = static_cast<int>(state.range(8));
   opt.batch_size = static_cast<int>(state.range(3));
   zs::Trainer t(c, opt);
   if (opt.fused_step && !t.fused()) {
@@ -242,42 +243,47 @@ void BM_StepFused(benchmark::State& state) {
   }
 }
 BENCHMARK(BM_StepFused)
-    ->ArgNames({"fused", "tpsm", "split", "B", "width", "heads", "aux", "rows"})
-    ->Args({0, 1, 0, 256, 256, 128, 0, 64})
-    ->Args({1, 1, 0, 256, 256, 128, 0, 64})
-    ->Args({3, 1, 0, 256, 256, 128, 0, 64})
-    ->Args({1, 1, 1, 256, 256, 128, 0, 64})
-    ->Args({1, 1, 2, 256, 256, 128, 0, 64})
-    ->Args({1, 1, 4, 256, 256, 128, 0, 64})
-    ->Args({1, 1, 8, 256, 256, 128, 0, 64})
-    ->Args({2, 2, 0, 256, 256, 128, 0, 64})
-    ->Args({2, 2, 4, 256, 256, 128, 0, 64})
-    ->Args({0, 1, 0, 256, 256, 128, 7, 64})
-    ->Args({1, 1, 4, 256, 256, 128, 7, 64})
-    ->Args({0, 1, 0, 4096, 512, 256, 0, 64})
-    ->Args({1, 1, 0, 4096, 512, 256, 0, 64})
-    ->Args({3, 1, 0, 4096, 512, 256, 0, 64})
-    ->Args({1, 1, 2, 4096, 512, 256, 0, 64})
-    ->Args({1, 1, 4, 4096, 512, 256, 0, 64})
-    ->Args({2, 2, 2, 4096, 512, 256, 0, 64})
-    ->Args({1, 1, 0, 256, 256, 128, 0, 32})
-    ->Args({3, 1, 0, 256, 256, 128, 0, 32})
-    ->Args({1, 1, 4, 256, 256, 128, 0, 32})
-    ->Args({1, 1, 8, 256, 256, 128, 0, 32})
-    ->Args({2, 2, 0, 256, 256, 128, 0, 32})
-    ->Args({1, 1, 4, 256, 256, 128, 7, 32})
-    ->Args({1, 1, 0, 4096, 512, 256, 0, 32})
-    ->Args({1, 1, 2, 4096, 512, 256, 0, 32})
-    ->Args({0, 1, 0, 512, 256, 128, 0, 32})
-    ->Args({1, 1, 0, 512, 256, 128, 0, 32})
-    ->Args({0, 1, 0, 1024, 256, 128, 0, 32})
-    ->Args({1, 1, 0, 1024, 256, 128, 0, 32})
-    ->Args({1, 1, 2, 1024, 256, 128, 0, 32})
-    ->Args({0, 1, 0, 2048, 256, 128, 0, 32})
-    ->Args({1, 1, 0, 2048, 256, 128, 0, 32})
-    ->Args({1, 1, 2, 2048, 256, 128, 0, 32})
-    ->Args({0, 1, 0, 1024, 512, 256, 0, 32})
-    ->Args({1, 1, 0, 1024, 512, 256, 0, 32})
+    ->ArgNames({"fused", "tpsm", "split", "B", "width", "heads", "aux", "rows", "cols"})
+    ->Args({0, 1, 0, 256, 256, 128, 0, 64, 32})
+    ->Args({1, 1, 0, 256, 256, 128, 0, 64, 32})
+    ->Args({3, 1, 0, 256, 256, 128, 0, 64, 32})
+    ->Args({1, 1, 1, 256, 256, 128, 0, 64, 32})
+    ->Args({1, 1, 2, 256, 256, 128, 0, 64, 32})
+    ->Args({1, 1, 4, 256, 256, 128, 0, 64, 32})
+    ->Args({1, 1, 8, 256, 256, 128, 0, 64, 32})
+    ->Args({2, 2, 0, 256, 256, 128, 0, 64, 32})
+    ->Args({2, 2, 4, 256, 256, 128, 0, 64, 32})
+    ->Args({0, 1, 0, 256, 256, 128, 7, 64, 32})
+    ->Args({1, 1, 4, 256, 256, 128, 7, 64, 32})
+    ->Args({0, 1, 0, 4096, 512, 256, 0, 64, 32})
+    ->Args({1, 1, 0, 4096, 512, 256, 0, 64, 32})
+    ->Args({3, 1, 0, 4096, 512, 256, 0, 64, 32})
+    ->Args({1, 1, 2, 4096, 512, 256, 0, 64, 32})
+    ->Args({1, 1, 4, 4096, 512, 256, 0, 64, 32})
+    ->Args({2, 2, 2, 4096, 512, 256, 0, 64, 32})
+    ->Args({1, 1, 0, 256, 256, 128, 0, 32, 32})
+    ->Args({3, 1, 0, 256, 256, 128, 0, 32, 32})
+    ->Args({1, 1, 4, 256, 256, 128, 0, 32, 32})
+    ->Args({1, 1, 8, 256, 256, 128, 0, 32, 32})
+    ->Args({2, 2, 0, 256, 256, 128, 0, 32, 32})
+    ->Args({1, 1, 4, 256, 256, 128, 7, 32, 32})
+    ->Args({1, 1, 0, 4096, 512, 256, 0, 32, 32})
+    ->Args({1, 1, 2, 4096, 512, 256, 0, 32, 32})
+    ->Args({0, 1, 0, 512, 256, 128, 0, 32, 32})
+    ->Args({1, 1, 0, 512, 256, 128, 0, 32, 32})
+    ->Args({0, 1, 0, 1024, 256, 128, 0, 32, 32})
+    ->Args({1, 1, 0, 1024, 256, 128, 0, 32, 32})
+    ->Args({1, 1, 2, 1024, 256, 128, 0, 32, 32})
+    ->Args({0, 1, 0, 2048, 256, 128, 0, 32, 32})
+    ->Args({1, 1, 0, 2048, 256, 128, 0, 32, 32})
+    ->Args({1, 1, 2, 2048, 256, 128, 0, 32, 32})
+    ->Args({0, 1, 0, 1024, 512, 256, 0, 32, 32})
+    ->Args({1, 1, 0, 1024, 512, 256, 0, 32, 32})
+    ->Args({1, 1, 0, 256, 256, 128, 0, 32, 16})
+    ->Args({3, 1, 0, 256, 256, 128, 0, 32, 16})
+    ->Args({1, 1, 8, 256, 256, 128, 0, 32, 16})
+    ->Args({1, 1, 0, 1024, 256, 128, 0, 32, 16})
+    ->Args({1, 1, 0, 4096, 512, 256, 0, 32, 16})
 ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 

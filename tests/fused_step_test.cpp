@@ -203,14 +203,19 @@ TEST(FusedC51, OneStepMatchesTheLaunchPlans) {
   const auto seed = zs::test::fresh_seed();
   SCOPED_TRACE(testing::Message() << "seed " << seed);
   const int B = 37;
-  // Split-K (64-row tiles), and unsplit with tiles of 64 rows and of 32.
-  for (const auto& [split_chunks, tile_rows] : std::vector<std::pair<int, int>>{{1, 64}, {0, 64}, {0, 32}})
+  // Split-K (32 × 32 tiles), and unsplit with every tile shape.
+  struct Variant {
+    int split_chunks, tile_rows, tile_cols;
+  };
+  for (const Variant& v : std::vector<Variant>{{1, 32, 32}, {0, 64, 32}, {0, 32, 32}, {0, 32, 16}})
   for (const auto& j : {small_net(seed), odd_net(seed)}) {
-    SCOPED_TRACE(testing::Message() << "split_chunks " << split_chunks << ", tile_rows " << tile_rows << ", "
-                                    << j.dump());
+    const int split_chunks = v.split_chunks, tile_rows = v.tile_rows;
+    SCOPED_TRACE(testing::Message() << "split_chunks " << split_chunks << ", tiles " << tile_rows << " × "
+                                    << v.tile_cols << ", " << j.dump());
     const auto c = zs::Config::from_json(j);
     auto fo = fused_options(B, zs::PhasedMode::persistent, split_chunks);
     fo.fused.tile_rows = tile_rows;
+    fo.fused.tile_cols = v.tile_cols;
     zs::Trainer fused(c, fo), plans(c, plan_options(B));
     // The plans in FP32: on TF32 backends the yardstick of how far TF32 alone moves a gradient.
     auto j32 = j;
@@ -218,6 +223,7 @@ TEST(FusedC51, OneStepMatchesTheLaunchPlans) {
     zs::Trainer plans32(zs::Config::from_json(j32), plan_options(B));
     ASSERT_TRUE(fused.fused()) << fused.fused_off_reason();
     EXPECT_EQ(fused.fused_kernel()->tile_rows(), tile_rows);
+    EXPECT_EQ(fused.fused_kernel()->tile_cols(), v.tile_cols);
     // B = 37 rows are two chunks: every weight gradient splits, or none does.
     if (split_chunks == 0) {
       EXPECT_EQ(fused.fused_kernel()->split_jobs(), 0);
@@ -351,18 +357,22 @@ TEST(FusedC51, GraphReplayEqualsDirectLaunchAndTheLaunchModesAgree) {
       g.step();
       l.step();
     });
-    // Tiles of 32 rows: persistent and a launch per phase agree. (Against 64 rows only the bias
-    // gradients' row sums differ, summed by more threads of a tile on CUDA.)
-    auto p32 = fused_options(16), l32 = fused_options(16, zs::PhasedMode::launches);
-    p32.fused.tile_rows = l32.fused.tile_rows = 32;
-    zs::Trainer graph32(c, p32), launches32(c, l32);
-    zs::test::step_on_same_batches(graph32, launches32, 6, seed + 100, [](zs::Trainer& g, zs::Trainer& l) {
-      g.step();
-      l.step();
-    });
-    EXPECT_TRUE(zs::test::same_bits(host_copy(graph32.online().flat()), host_copy(launches32.online().flat())));
-    EXPECT_TRUE(zs::test::same_bits(host_copy(graph32.optimizer().v().flat()),
-                                    host_copy(launches32.optimizer().v().flat())));
+    // The other tile shapes (the default is 32 × 32): persistent and a launch per phase agree.
+    // (Across shapes only the bias gradients' row sums differ, summed by more or fewer threads of a
+    // tile on CUDA.)
+    for (const auto& [rows, cols] : std::vector<std::pair<int, int>>{{64, 32}, {32, 16}}) {
+      SCOPED_TRACE(testing::Message() << "tiles " << rows << " × " << cols);
+      auto p = fused_options(16), l = fused_options(16, zs::PhasedMode::launches);
+      p.fused.tile_rows = l.fused.tile_rows = rows;
+      p.fused.tile_cols = l.fused.tile_cols = cols;
+      zs::Trainer gp(c, p), gl(c, l);
+      zs::test::step_on_same_batches(gp, gl, 6, seed + 100, [](zs::Trainer& g, zs::Trainer& x) {
+        g.step();
+        x.step();
+      });
+      EXPECT_TRUE(zs::test::same_bits(host_copy(gp.online().flat()), host_copy(gl.online().flat())));
+      EXPECT_TRUE(zs::test::same_bits(host_copy(gp.optimizer().v().flat()), host_copy(gl.optimizer().v().flat())));
+    }
     EXPECT_TRUE(graph.graph_recorded());
     for (const zs::Trainer* other : {&direct, &graph2, &launches, &graph3, &one_kernel}) {
       EXPECT_TRUE(zs::test::same_bits(host_copy(graph.online().flat()), host_copy(other->online().flat())));
@@ -459,7 +469,9 @@ TEST(FusedC51, ConfigsOutOfItsReachRunTheLaunchPlansAndSayWhy) {
   zs::FusedOptions odd_tiles;
   odd_tiles.tile_rows = 16;
   EXPECT_FALSE(zs::fused_supports(zs::Config::from_json(small_net(1)), odd_tiles, &why));
-  EXPECT_NE(why.find("tile_rows = 16; expected 32 or 64"), std::string::npos) << why;
+  EXPECT_NE(why.find("tiles of 16 × 32 (tile_rows × tile_cols); expected 64 × 32, 32 × 32 or 32 × 16"),
+            std::string::npos)
+      << why;
   // More runs of tiles than the kernel's parameters hold: 9 trunk layers and 9 branches.
   auto wide = small_net(1);
   wide["trunk"] = std::vector<int>(9, 8);

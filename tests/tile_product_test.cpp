@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backends/stream.hpp"
@@ -72,14 +73,14 @@ TEST(TileProduct, EveryLayoutSegmentAndEpilogueMatchesADoubleReference) {
       {33, 100, {5, 77}, true, true, true, true, false, true, true},
   };
   // Unsplit, and split-K as fine as it goes (each chunk its own tile, the last adding them up);
-  // tiles of 64 rows and of 32.
-  for (const int tile_rows : {64, 32})
+  // every tile shape.
+  for (const auto& [tile_rows, tile_cols] : std::vector<std::pair<int, int>>{{64, 32}, {32, 32}, {32, 16}})
   for (const int split_chunks : {0, 1})
   for (std::size_t ci = 0; ci < cases.size(); ++ci) {
     const Case& cs = cases[ci];
     const auto seed = zs::test::fresh_seed();
-    SCOPED_TRACE(testing::Message() << "case " << ci << ", tile_rows " << tile_rows << ", split_chunks "
-                                    << split_chunks << ", seed " << seed);
+    SCOPED_TRACE(testing::Message() << "case " << ci << ", tiles " << tile_rows << " × " << tile_cols
+                                    << ", split_chunks " << split_chunks << ", seed " << seed);
     std::vector<Operand> as, bs;
     for (std::size_t s = 0; s < cs.ks.size(); ++s) {
       as.emplace_back(cs.m, cs.ks[s], cs.a_t, cs.pad, seed + 10 * s + 1);
@@ -120,10 +121,12 @@ TEST(TileProduct, EveryLayoutSegmentAndEpilogueMatchesADoubleReference) {
     zs::FusedOptions o;
     o.split_chunks = split_chunks;
     o.tile_rows = tile_rows;
+    o.tile_cols = tile_cols;
     const zs::FusedKernel k = b.build({}, 0, o);
     EXPECT_EQ(k.tile_rows(), tile_rows);
+    EXPECT_EQ(k.tile_cols(), tile_cols);
     if (split_chunks == 0) {
-      EXPECT_EQ(k.tiles(0), (cs.m + tile_rows - 1) / tile_rows * ((cs.n + 31) / 32));
+      EXPECT_EQ(k.tiles(0), (cs.m + tile_rows - 1) / tile_rows * ((cs.n + tile_cols - 1) / tile_cols));
     }
     int chunks = 0;
     for (int kk : cs.ks) chunks += (kk + 31) / 32;
@@ -183,9 +186,9 @@ TEST(TileProduct, ChainedPhasesRunPersistentOrAsLaunchesWithTheSameBits) {
   const auto w2 = zs::test::to_device(zs::test::random_normal(std::size_t(W2) * W1, seed + 3, 0.1f));
   const auto w3 = zs::test::to_device(zs::test::random_normal(std::size_t(W3) * W2, seed + 4, 0.1f));
   std::vector<std::vector<float>> results;
-  std::vector<int> splits_of, rows_of;
+  std::vector<int> splits_of, rows_of;  // rows_of: the tile shape, 64 × 32, 32 × 32 or 32 × 16
   for (const int split_chunks : {0, 1, 2})
-  for (const int tile_rows : {64, 32})
+  for (const int shape : {0, 1, 2})
   for (const auto mode : {zs::PhasedMode::launches, zs::PhasedMode::persistent}) {
     for (const int teams_per_sm : {1, 2}) {
       zs::DeviceFloats y1("zs::test::y1", std::size_t(R) * W1), y2("zs::test::y2", std::size_t(R) * W2),
@@ -207,7 +210,8 @@ TEST(TileProduct, ChainedPhasesRunPersistentOrAsLaunchesWithTheSameBits) {
       o.mode = mode;
       o.teams_per_sm = teams_per_sm;
       o.split_chunks = split_chunks;
-      o.tile_rows = tile_rows;
+      o.tile_rows = shape == 0 ? 64 : 32;
+      o.tile_cols = shape == 2 ? 16 : 32;
       const zs::FusedKernel k = b.build({}, 0, o);
       // k = 96 (3 chunks) and 70 (3): both split unless split_chunks is 0.
       EXPECT_EQ(k.split_jobs(), split_chunks == 0 ? 0 : 2);
@@ -223,7 +227,7 @@ TEST(TileProduct, ChainedPhasesRunPersistentOrAsLaunchesWithTheSameBits) {
       stream.synchronize();
       results.push_back(zs::test::to_host(y3));
       splits_of.push_back(split_chunks);
-      rows_of.push_back(tile_rows);
+      rows_of.push_back(shape);
     }
   }
   // The same bits within a split and tile shape (the modes, the teams). Unsplit, every element
@@ -232,7 +236,7 @@ TEST(TileProduct, ChainedPhasesRunPersistentOrAsLaunchesWithTheSameBits) {
   for (std::size_t i = 1; i < results.size(); ++i)
     if (splits_of[i] == splits_of[i - 1] && (rows_of[i] == rows_of[i - 1] || splits_of[i] == 0)) {
       EXPECT_TRUE(zs::test::same_bits(results[i - 1], results[i]))
-          << i << ": split_chunks " << splits_of[i] << ", tile_rows " << rows_of[i - 1] << " and " << rows_of[i];
+          << i << ": split_chunks " << splits_of[i] << ", tile shapes " << rows_of[i - 1] << " and " << rows_of[i];
     }
   // And the chain's values against double loops.
   const auto hx = zs::test::to_host(x), hw1 = zs::test::to_host(w1), hb1 = zs::test::to_host(b1);
@@ -261,7 +265,7 @@ TEST(TileProduct, ChainedPhasesRunPersistentOrAsLaunchesWithTheSameBits) {
         norm += s * s;
       }
     EXPECT_LT(std::sqrt(err / norm), zs::WarpTile<zs::ExecSpace>::kRoundsToTf32 ? 3e-3 : 1e-5)
-        << "split_chunks " << splits_of[i] << ", tile_rows " << rows_of[i];
+        << "split_chunks " << splits_of[i] << ", tile shape " << rows_of[i];
   }
 }
 
@@ -295,8 +299,12 @@ TEST(TileProduct, BadJobsAreClearErrors) {
   EXPECT_NE(zs::test::error_of([&] { b.build({}, 0, bad); }).find("split_tiles = 0"), std::string::npos);
   bad = {};
   bad.tile_rows = 48;
-  EXPECT_NE(zs::test::error_of([&] { b.build({}, 0, bad); }).find("tile_rows = 48; expected 32 or 64"),
+  EXPECT_NE(zs::test::error_of([&] { b.build({}, 0, bad); })
+                .find("tiles of 48 × 32 (tile_rows × tile_cols); expected 64 × 32, 32 × 32 or 32 × 16"),
             std::string::npos);
+  bad.tile_rows = 64;
+  bad.tile_cols = 16;
+  EXPECT_NE(zs::test::error_of([&] { b.build({}, 0, bad); }).find("tiles of 64 × 16"), std::string::npos);
   // The items ride in the kernel's parameters, which have room for kFusedMaxItems.
   zs::FusedBuilder many;
   many.phase();

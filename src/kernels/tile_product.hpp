@@ -1,4 +1,5 @@
-// The fused step's matrix products: one team computes a Rows × 32 tile (Rows 32 or 64) of
+// The fused step's matrix products: one team computes a Rows × Cols tile (64 × 32, 32 × 32 or
+// 32 × 16) of
 //   C = epilogue( Σ over segments s of A_s · B_sᵀ ),   A_s [m, k_s], B_s [n, k_s],
 // with each operand either k-contiguous (activations, W [out, in]) or row-contiguous (the
 // transposes a backward pass reads), staged chunk by chunk through team scratch and multiplied
@@ -58,16 +59,18 @@ struct ProductJob {
   int a_km = 0, b_km = 0, vec = 0;
 };
 
-// Rows: the tile's rows. 64 gives each warp 2 × 2 WarpTiles (each fragment loaded once feeds two
-// products); 32 gives it 1 × 2, half the chain a chunk and half the registers, and twice the
-// tiles: what a product of few tiles needs to fill the GPU.
-template <class Exec, int Rows = 64>
+// Rows × Cols: the tile. 64 × 32 gives each of the four warps 2 × 2 WarpTiles (each fragment
+// loaded once feeds two products); 32 × 32 gives it 1 × 2, half the chain a chunk and half the
+// registers, and twice the tiles: what a product of few tiles needs to fill the GPU; 32 × 16 one
+// WarpTile a warp, half that again.
+template <class Exec, int Rows = 64, int Cols = 32>
 struct TileProduct {
-  static_assert(Rows == 32 || Rows == 64, "a tile of 32 or 64 rows");
+  static_assert((Rows == 64 && Cols == 32) || (Rows == 32 && (Cols == 32 || Cols == 16)),
+                "a tile of 64 × 32, 32 × 32 or 32 × 16");
   using Tile = WarpTile<Exec>;
   static constexpr bool kHost = Tile::kVectorLength == 1;
-  static constexpr int kM = Rows, kN = 32, kK = 32;  // C's tile and the k chunk staged at once
-  static constexpr int kWarpM = kM / 2, kWarpN = 16;  // a warp's part of the tile
+  static constexpr int kM = Rows, kN = Cols, kK = 32;  // C's tile and the k chunk staged at once
+  static constexpr int kWarpM = kM / 2, kWarpN = kN / 2;  // a warp's part of the tile
   static constexpr int kTm = kWarpM / Tile::kM, kTn = kWarpN / Tile::kN;  // its WarpTiles
   static constexpr int kWarpsN = kN / kWarpN;
   static constexpr int kWarps = (kM / kWarpM) * kWarpsN;
@@ -76,7 +79,8 @@ struct TileProduct {
   static constexpr int kThreads = kTeamSize * Tile::kVectorLength;
   static constexpr int kSlots = kWarps / kTeamSize;
   // Scratch strides chosen so that the 32 lanes of a fragment load hit 32 banks: [row][k] rows
-  // of kK + 4 (bank 4g + t), [k][row] rows of 8 more than the tile's rows (bank 8t + g).
+  // of kK + 4 (bank 4g + t), [k][row] rows of 8 more than the tile's rows (bank 8t + g, or for
+  // rows of 24, 24t + g: 0–7, 24–31, 16–23, 8–15).
   static constexpr int kRowLd = kK + 4, kAkLd = kM + 8, kBkLd = kN + 8;
   static constexpr int kAFloats = kM * kRowLd > kK * kAkLd ? kM * kRowLd : kK * kAkLd;
   static constexpr int kBFloats = kN * kRowLd > kK * kBkLd ? kN * kRowLd : kK * kBkLd;

@@ -11,32 +11,39 @@ namespace zs {
 
 namespace {
 using Product = kernels::TileProduct<ExecSpace>;  // what does not depend on the tile's rows
-template <int Rows>
-using ProductOf = kernels::TileProduct<ExecSpace, Rows>;
+template <int Rows, int Cols>
+using ProductOf = kernels::TileProduct<ExecSpace, Rows, Cols>;
 
 // What the builder needs of a tile shape.
 struct ProductShape {
-  int rows = 64;
+  int rows = 64, cols = 32;
   std::size_t partial_floats = 0, scratch_bytes = 0;
   int tiles(int m, int n, int& tiles_m, int& tiles_n) const {
-    return rows == 32 ? ProductOf<32>::tiles(m, n, tiles_m, tiles_n) : ProductOf<64>::tiles(m, n, tiles_m, tiles_n);
+    tiles_m = (m + rows - 1) / rows;
+    tiles_n = (n + cols - 1) / cols;
+    return tiles_m * tiles_n;
   }
 };
-ProductShape product_shape(int rows) {
-  if (rows == 32) return {32, ProductOf<32>::kPartialFloats, ProductOf<32>::kScratchBytes};
-  return {64, ProductOf<64>::kPartialFloats, ProductOf<64>::kScratchBytes};
+template <int Rows, int Cols>
+ProductShape shape_of() {
+  return {Rows, Cols, ProductOf<Rows, Cols>::kPartialFloats, ProductOf<Rows, Cols>::kScratchBytes};
+}
+bool known_shape(int rows, int cols) { return (rows == 64 && cols == 32) || (rows == 32 && (cols == 32 || cols == 16)); }
+ProductShape product_shape(int rows, int cols) {
+  if (rows == 64) return shape_of<64, 32>();
+  return cols == 32 ? shape_of<32, 32>() : shape_of<32, 16>();
 }
 
-// The fused program with tile() compiled for the kinds in Kinds only and products of Rows-row
+// The fused program with tile() compiled for the kinds in Kinds only and products of Rows × Cols
 // tiles (FusedProgram::tile_of).
-template <int Kinds, int Rows>
+template <int Kinds, int Rows, int Cols>
 struct PhaseOfKinds {
   using Member = FusedProgramOnDevice::Member;
   FusedProgramOnDevice f;
   KOKKOS_INLINE_FUNCTION int phases() const { return f.phases(); }
   KOKKOS_INLINE_FUNCTION int tiles(int p) const { return f.tiles(p); }
   KOKKOS_INLINE_FUNCTION void tile(const Member& team, int p, int t, void* scratch) const {
-    f.template tile_of<Kinds, Rows>(team, p, t, scratch);
+    f.template tile_of<Kinds, Rows, Cols>(team, p, t, scratch);
   }
 };
 
@@ -50,7 +57,7 @@ using kernels::kAllKinds;
 // Kokkos passes a functor of less than 4 KiB (its CudaTraits::KernelArgumentLimit, with the
 // policy beside it) as the kernel's parameters; a larger one goes through constant memory,
 // which a launch must wait for: a host synchronisation in every step.
-static_assert(sizeof(phased_detail::EveryPhase<ExecSpace, PhaseOfKinds<kAllKinds, 64>>) <= 3584,
+static_assert(sizeof(phased_detail::EveryPhase<ExecSpace, PhaseOfKinds<kAllKinds, 64, 32>>) <= 3584,
               "the fused kernel's functor must stay a kernel parameter");
 }  // namespace
 
@@ -95,8 +102,8 @@ bool fused_supports(const Config& c, const FusedOptions& o, std::string* reason)
                   kFusedScratchBudget));
   if (o.teams_per_sm < 1)
     return no(str("teams_per_sm = ", o.teams_per_sm, "; expected at least 1"));
-  if (o.tile_rows != 32 && o.tile_rows != 64)
-    return no(str("tile_rows = ", o.tile_rows, "; expected 32 or 64"));
+  if (!known_shape(o.tile_rows, o.tile_cols))
+    return no(str("tiles of ", o.tile_rows, " × ", o.tile_cols, " (tile_rows × tile_cols); expected 64 × 32, 32 × 32 or 32 × 16"));
   if (fused_step_items(c) > kernels::kFusedMaxItems)
     return no(str("the fused step of ", T, " trunk layers and ", c.branches.size(), " branches has ",
                   fused_step_items(c), " runs of tiles; it takes at most ", kernels::kFusedMaxItems));
@@ -156,11 +163,11 @@ FusedKernel FusedBuilder::build(FusedProgramOnDevice program, std::size_t scratc
           " bytes of team scratch; the budget is ", kFusedScratchBudget);
   require(options.split_chunks >= 0 && options.split_tiles >= 1, "FusedBuilder: split_chunks = ",
           options.split_chunks, ", split_tiles = ", options.split_tiles, "; expected at least 0 and 1");
-  require(options.tile_rows == 32 || options.tile_rows == 64, "FusedBuilder: tile_rows = ", options.tile_rows,
-          "; expected 32 or 64");
+  require(known_shape(options.tile_rows, options.tile_cols), "FusedBuilder: tiles of ", options.tile_rows, " × ",
+          options.tile_cols, " (tile_rows × tile_cols); expected 64 × 32, 32 × 32 or 32 × 16");
   require(items_.size() <= static_cast<std::size_t>(kernels::kFusedMaxItems), "FusedBuilder: ", items_.size(),
           " runs of tiles; the kernel's parameters hold at most ", kernels::kFusedMaxItems);
-  const ProductShape shape = product_shape(options.tile_rows);
+  const ProductShape shape = product_shape(options.tile_rows, options.tile_cols);
   using MS = ExecSpace::memory_space;
   FusedKernel k;
   // Split-K: each job's chunks and splits and the workspace they need; then every phase's tiles
@@ -226,6 +233,7 @@ FusedKernel FusedBuilder::build(FusedProgramOnDevice program, std::size_t scratc
   }
   program.n_phases = phases();
   program.tile_rows = shape.rows;
+  program.tile_cols = shape.cols;
   for (int p = 0; p < phases(); ++p) {
     program.phase_item[p] = phase_item_[p];
     program.phase_tiles[p] = phase_tiles[p];
@@ -246,15 +254,17 @@ FusedKernel FusedBuilder::build(FusedProgramOnDevice program, std::size_t scratc
 }
 
 void FusedKernel::enqueue(const ExecSpace& exec) const {
-  if (program_.tile_rows == 32)
-    enqueue_as<32>(exec);
+  if (program_.tile_rows == 64)
+    enqueue_as<64, 32>(exec);
+  else if (program_.tile_cols == 32)
+    enqueue_as<32, 32>(exec);
   else
-    enqueue_as<64>(exec);
+    enqueue_as<32, 16>(exec);
 }
 
-template <int Rows>
+template <int Rows, int Cols>
 void FusedKernel::enqueue_as(const ExecSpace& exec) const {
-  const PhaseOfKinds<kAllKinds, Rows> all{program_};
+  const PhaseOfKinds<kAllKinds, Rows, Cols> all{program_};
   if (mode_ == PhasedMode::persistent || !per_kind_) {
     phased_launch(exec, "zs::fused_step", all, shape_, mode_, teams_, barrier_);
     return;
@@ -262,11 +272,11 @@ void FusedKernel::enqueue_as(const ExecSpace& exec) const {
   for (int p = 0; p < program_.n_phases; ++p) {
     const int kinds = program_.phase_kinds[p];
     if ((kinds & ~kProducts) == 0)
-      launch_phase(exec, "zs::fused_step::products", PhaseOfKinds<kProducts, Rows>{program_}, shape_, p);
+      launch_phase(exec, "zs::fused_step::products", PhaseOfKinds<kProducts, Rows, Cols>{program_}, shape_, p);
     else if (kinds == kDueling)  // the head's and the loss's kernels have no product in them
-      launch_phase(exec, "zs::fused_step::dueling", PhaseOfKinds<kDueling, 64>{program_}, small_shape_, p);
+      launch_phase(exec, "zs::fused_step::dueling", PhaseOfKinds<kDueling, 64, 32>{program_}, small_shape_, p);
     else if (kinds == kLoss)
-      launch_phase(exec, "zs::fused_step::loss", PhaseOfKinds<kLoss, 64>{program_}, small_shape_, p);
+      launch_phase(exec, "zs::fused_step::loss", PhaseOfKinds<kLoss, 64, 32>{program_}, small_shape_, p);
     else
       launch_phase(exec, "zs::fused_step", all, shape_, p);
   }

@@ -42,6 +42,7 @@ struct FusedOptions {
   // 4096 / 512 / 256 1,580) or 64 × 32 (each warp's fragments feed 2 × 2 tensor-core products;
   // 178 registers: 141.8 and 1,869 µs).
   int tile_rows = 32;
+  int tile_cols = 32;  // 32, or 16 with 32 rows (one tensor-core tile a warp)
 };
 
 using FusedProgramOnDevice = kernels::FusedProgram<ExecSpace>;
@@ -89,6 +90,7 @@ class FusedKernel {
   // run side by side (they share the grid barrier): on one stream they never do.
   void enqueue(const ExecSpace& exec) const;
   int tile_rows() const { return program_.tile_rows; }
+  int tile_cols() const { return program_.tile_cols; }
   int phases() const { return program_.n_phases; }
   int tiles(int phase) const { return program_.phase_tiles[phase]; }
   // The persistent launch's teams; 0 when the phases are separate launches.
@@ -100,7 +102,7 @@ class FusedKernel {
 
  private:
   friend class FusedBuilder;
-  template <int Rows>
+  template <int Rows, int Cols>
   void enqueue_as(const ExecSpace& exec) const;
   FusedProgramOnDevice program_;
   PhasedShape shape_;
