@@ -117,21 +117,24 @@ BENCHMARK(BM_StepPostsBeside)
     ->Unit(benchmark::kMicrosecond);
 
 // The graph-replayed step with programmatic dependent launch (1) and without (0): each of our
-// kernels that follows a kernel starts while it drains. Args: programmatic, batch, trunk width,
-// head width, auxiliaries (7 or 0). Counter: the edges the capture made programmatic.
+// kernels that follows a kernel starts while it drains. Args: programmatic, fused step (0: the
+// launch plans; 1: the fused step, a launch per phase, at any batch), batch, trunk width, head
+// width, auxiliaries (7 or 0). Counter: the edges the capture made programmatic.
 void BM_StepProgrammatic(benchmark::State& state) {
-  const zs::Config c = aux_config(static_cast<int>(state.range(2)), static_cast<int>(state.range(3)), state.range(4));
+  const zs::Config c = aux_config(static_cast<int>(state.range(3)), static_cast<int>(state.range(4)), state.range(5));
   zs::TrainerOptions opt;
-  opt.fused_step = false;  // measured on the launch plans' many kernels
   opt.programmatic_launch = state.range(0) != 0;
-  opt.batch_size = static_cast<int>(state.range(1));
+  opt.fused_step = state.range(1) != 0;
+  opt.fused_max_batch = 1 << 30;
+  opt.batch_size = static_cast<int>(state.range(2));
   time_steps(state, c, opt, 20);
 }
 BENCHMARK(BM_StepProgrammatic)
-    ->ArgNames({"programmatic", "B", "width", "heads", "aux"})
-    ->ArgsProduct({{0, 1}, {256}, {256}, {128}, {0, 7}})
-    ->Args({0, 4096, 512, 256, 0})
-    ->Args({1, 4096, 512, 256, 0})
+    ->ArgNames({"programmatic", "fused", "B", "width", "heads", "aux"})
+    ->ArgsProduct({{0, 1}, {0, 1}, {256}, {256}, {128}, {0, 7}})
+    ->ArgsProduct({{0, 1}, {1}, {64, 512, 1024}, {256}, {128}, {0}})
+    ->Args({0, 0, 4096, 512, 256, 0})
+    ->Args({1, 0, 4096, 512, 256, 0})
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 
@@ -284,7 +287,7 @@ BENCHMARK(BM_StepFused)
     ->Args({1, 1, 8, 256, 256, 128, 0, 32, 16})
     ->Args({1, 1, 0, 1024, 256, 128, 0, 32, 16})
     ->Args({1, 1, 0, 4096, 512, 256, 0, 32, 16})
-->UseManualTime()
+    ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 
 }  // namespace

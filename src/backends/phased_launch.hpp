@@ -10,6 +10,7 @@
 #pragma once
 #include <cstddef>
 
+#include "backends/after_prior_grids.hpp"
 #include "backends/backend.hpp"
 #include "backends/grid_barrier.hpp"
 #include "core/error.hpp"
@@ -62,13 +63,16 @@ struct EveryPhase {
 }  // namespace phased_detail
 
 // Enqueues phase p of f alone: a launch of a team per tile (what the launches mode does for
-// every phase; a caller may launch each phase with its own F, one compiled for that phase).
+// every phase; a caller may launch each phase with its own F, one compiled for that phase). The
+// launch waits for prior grids, so in a graph with programmatic edges (TrainerOptions::
+// programmatic_launch) each phase's teams are placed while the phase before it drains.
 template <class Exec, class F>
 void launch_phase(const Exec& exec, const char* name, const F& f, const PhasedShape& shape, int p) {
   if (f.tiles(p) == 0) return;
   Kokkos::TeamPolicy<Exec> policy(exec, f.tiles(p), shape.team_size, shape.vector_length);
   policy.set_scratch_size(0, Kokkos::PerTeam(shape.scratch_bytes));
-  Kokkos::parallel_for(name, policy, phased_detail::OnePhase<Exec, F>{f, p, shape.scratch_bytes});
+  using One = phased_detail::OnePhase<Exec, F>;
+  Kokkos::parallel_for(name, policy, AfterPriorGrids<One>(One{f, p, shape.scratch_bytes}));
 }
 
 // Enqueues every phase of f on exec. persistent_teams: the league of a persistent launch (at

@@ -61,14 +61,17 @@ struct TrainerOptions {
   bool posts_beside = true;
   // Programmatic dependent launch inside the step's graph (Graph::set_programmatic_edges): each
   // kernel of ours that follows a kernel is launched while that one drains and waits on the GPU
-  // for its results. CUDA sm_90 only; nothing on the host. Off until the H200 has measured it
-  // (BM_StepProgrammatic).
-  bool programmatic_launch = false;
+  // for its results; the fused step's phases are such kernels too. CUDA sm_90 only; nothing on
+  // the host. H200, graph replay (BM_StepProgrammatic): the fused step 113.6 → 112.2 µs at
+  // B = 256, 91.8 → 88.8 at B = 64, every auxiliary 488.3 → 478.5; the plans within ±1.3 %.
+  // Letting the next kernel launch as soon as each block is past its wait (PTX
+  // griddepcontrol.launch_dependents) made the fused step slower instead (115.6 → 121.1 µs).
+  bool programmatic_launch = true;
   // The forward, the C51 loss and its backward as one fused kernel (losses/c51_fused.hpp), a
   // launch per phase (FusedOptions::mode), for batches of at most fused_max_batch. Where the
   // config is one it cannot run (fused_supports) or the batch is larger, the launch plans run
-  // instead: Trainer::fused() says which. Per backend (kFusedStep, kFusedMaxBatch): on CUDA,
-  // where it wins at B = 256 and loses at 4096; off on the host.
+  // instead: Trainer::fused() says which. Per backend (kFusedStep, kFusedMaxBatch): on CUDA up
+  // to B = 256, where the H200 measured it winning (it loses from B = 512 on); off on the host.
   bool fused_step = kFusedStep;
   int fused_max_batch = kFusedMaxBatch;
   FusedOptions fused{};

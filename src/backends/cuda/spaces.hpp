@@ -14,11 +14,12 @@ inline constexpr int kAtomTeam = 64;
 // bias pass here: the H200 step 3.5 % faster at B = 256, 5.1 % at 4096 / 512 / 256.
 inline constexpr bool kBiasInProducts = true;
 // The C51 term's forward, loss and backward as one fused kernel a phase (TrainerOptions::
-// fused_step) for batches up to kFusedMaxBatch: on the H200 at B = 256 it took 116.4 µs a step
-// against the launch plans' 126.1 (32-row tiles, BM_StepFused); at 4096 / 512 / 256 the plans'
-// cuBLAS products win (632 against 1,475 µs).
+// fused_step) for batches up to kFusedMaxBatch. H200, graph replay (BM_StepFused, BM_Step):
+// fused 114.8 µs against the plans' 126.4 at B = 256 (trunk 256, heads 128), 92 against 116 at
+// B = 64; at B = 512 the plans win (154.5 against 168.1), at 1024 by 1.3× and at
+// 4096 / 512 / 256 by 2.5× (cuBLAS's products).
 inline constexpr bool kFusedStep = true;
-inline constexpr int kFusedMaxBatch = 1024;
+inline constexpr int kFusedMaxBatch = 256;
 // Every block of a launch can be kept resident (a league sized by persistent_grid_teams), so a
 // phased kernel may run as one launch with grid barriers between its phases.
 inline constexpr bool kCanPersist = true;
