@@ -16,7 +16,7 @@ namespace zs {
 
 struct FusedOptions {
   // Launches: one launch per phase; persistent: one launch whose teams take every phase's tiles
-  // in turn (H200, B = 256: 167.1 µs against 116.4 as launches). Where the backend cannot keep a
+  // in turn (H200, B = 256: 156.7 µs against 114.8 as launches). Where the backend cannot keep a
   // league resident (the host), always launches.
   PhasedMode mode = PhasedMode::launches;
   // Teams of a persistent launch on each multiprocessor (each team is 4 warps and at most 46 KiB
@@ -38,11 +38,12 @@ struct FusedOptions {
   // dueling head, the loss), so that each takes only its own registers; false: every phase the
   // one kernel of all kinds (what a persistent launch always is).
   bool kernel_per_kind = true;
-  // The products' tiles: 32 × 32 (127 registers, twice the tiles: H200 B = 256 116.4 µs a step,
-  // 4096 / 512 / 256 1,580) or 64 × 32 (each warp's fragments feed 2 × 2 tensor-core products;
-  // 178 registers: 141.8 and 1,869 µs).
+  // The products' tiles (H200, BM_StepFused, µs a step at B = 256 and at 4096 / 512 / 256):
+  // 32 × 32, 128 registers: 114.8 and 1,594; 64 × 32 (each warp's fragments feed 2 × 2
+  // tensor-core products), 179 registers: 135.3 and 1,803; 32 × 16 (one tensor-core tile a warp,
+  // four times the tiles of 64 × 32), 128 registers: 124.3 and 2,143.
   int tile_rows = 32;
-  int tile_cols = 32;  // 32, or 16 with 32 rows (one tensor-core tile a warp)
+  int tile_cols = 32;  // 32, or 16 with 32 rows
 };
 
 using FusedProgramOnDevice = kernels::FusedProgram<ExecSpace>;
