@@ -444,6 +444,33 @@ TEST(FusedC51, NaNBatchTripsTheGuardAndChangesNothing) {
   }
 }
 
+// TrainerOptions::fused_max_batch: a batch up to it runs fused, a larger one the launch plans,
+// which say why; both train (the step runs and moves the parameters).
+TEST(FusedC51, BatchesAboveFusedMaxBatchRunTheLaunchPlansAndSayWhy) {
+  const auto seed = zs::test::fresh_seed();
+  SCOPED_TRACE(testing::Message() << "seed " << seed);
+  const auto c = zs::Config::from_json(small_net(seed));
+  for (const int limit : {16, 15}) {
+    SCOPED_TRACE(testing::Message() << "fused_max_batch " << limit);
+    auto o = fused_options(16, zs::PhasedMode::launches);
+    o.fused_max_batch = limit;
+    zs::Trainer tr(c, o);
+    if (limit == 16) {
+      EXPECT_TRUE(tr.fused()) << tr.fused_off_reason();
+    } else {
+      EXPECT_FALSE(tr.fused());
+      EXPECT_NE(tr.fused_off_reason().find("batch 16 is above fused_max_batch 15"), std::string::npos)
+          << tr.fused_off_reason();
+      EXPECT_EQ(tr.term_as<zs::C51Term>("c51")->fused(), nullptr);
+    }
+    zs::upload(tr.stream().exec(), c, zs::random_batch(c, 16, seed + 1), tr.batch());
+    const auto before = host_copy(tr.online().flat());
+    tr.step();
+    tr.synchronize();
+    EXPECT_FALSE(zs::test::same_bits(before, host_copy(tr.online().flat())));
+  }
+}
+
 TEST(FusedC51, ConfigsOutOfItsReachRunTheLaunchPlansAndSayWhy) {
   auto deep = small_net(1);
   deep["trunk"] = std::vector<int>(10, 8);
