@@ -186,7 +186,7 @@ TEST(TileProduct, ChainedPhasesRunPersistentOrAsLaunchesWithTheSameBits) {
   const auto w2 = zs::test::to_device(zs::test::random_normal(std::size_t(W2) * W1, seed + 3, 0.1f));
   const auto w3 = zs::test::to_device(zs::test::random_normal(std::size_t(W3) * W2, seed + 4, 0.1f));
   std::vector<std::vector<float>> results;
-  std::vector<int> splits_of, rows_of;  // rows_of: the tile shape, 64 × 32, 32 × 32 or 32 × 16
+  std::vector<int> splits_of, shapes_of;  // shapes_of: 0, 1, 2 for 64 × 32, 32 × 32, 32 × 16
   for (const int split_chunks : {0, 1, 2})
   for (const int shape : {0, 1, 2})
   for (const auto mode : {zs::PhasedMode::launches, zs::PhasedMode::persistent}) {
@@ -227,16 +227,16 @@ TEST(TileProduct, ChainedPhasesRunPersistentOrAsLaunchesWithTheSameBits) {
       stream.synchronize();
       results.push_back(zs::test::to_host(y3));
       splits_of.push_back(split_chunks);
-      rows_of.push_back(shape);
+      shapes_of.push_back(shape);
     }
   }
   // The same bits within a split and tile shape (the modes, the teams). Unsplit, every element
   // sums its k in the same order whatever tile holds it: the same bits for both shapes too.
   // Across splits only the rounding moves.
   for (std::size_t i = 1; i < results.size(); ++i)
-    if (splits_of[i] == splits_of[i - 1] && (rows_of[i] == rows_of[i - 1] || splits_of[i] == 0)) {
+    if (splits_of[i] == splits_of[i - 1] && (shapes_of[i] == shapes_of[i - 1] || splits_of[i] == 0)) {
       EXPECT_TRUE(zs::test::same_bits(results[i - 1], results[i]))
-          << i << ": split_chunks " << splits_of[i] << ", tile shapes " << rows_of[i - 1] << " and " << rows_of[i];
+          << i << ": split_chunks " << splits_of[i] << ", tile shapes " << shapes_of[i - 1] << " and " << shapes_of[i];
     }
   // And the chain's values against double loops.
   const auto hx = zs::test::to_host(x), hw1 = zs::test::to_host(w1), hb1 = zs::test::to_host(b1);
@@ -265,7 +265,7 @@ TEST(TileProduct, ChainedPhasesRunPersistentOrAsLaunchesWithTheSameBits) {
         norm += s * s;
       }
     EXPECT_LT(std::sqrt(err / norm), zs::WarpTile<zs::ExecSpace>::kRoundsToTf32 ? 3e-3 : 1e-5)
-        << "split_chunks " << splits_of[i] << ", tile shape " << rows_of[i];
+        << "split_chunks " << splits_of[i] << ", tile shape " << shapes_of[i];
   }
 }
 

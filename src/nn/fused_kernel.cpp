@@ -14,19 +14,16 @@ using Product = kernels::TileProduct<ExecSpace>;  // what does not depend on the
 template <int Rows, int Cols>
 using ProductOf = kernels::TileProduct<ExecSpace, Rows, Cols>;
 
-// What the builder needs of a tile shape.
+// What the builder needs of a tile shape; tiles: that shape's TileProduct::tiles.
 struct ProductShape {
   int rows = 64, cols = 32;
   std::size_t partial_floats = 0, scratch_bytes = 0;
-  int tiles(int m, int n, int& tiles_m, int& tiles_n) const {
-    tiles_m = (m + rows - 1) / rows;
-    tiles_n = (n + cols - 1) / cols;
-    return tiles_m * tiles_n;
-  }
+  int (*tiles)(int m, int n, int& tiles_m, int& tiles_n) = nullptr;
 };
 template <int Rows, int Cols>
 ProductShape shape_of() {
-  return {Rows, Cols, ProductOf<Rows, Cols>::kPartialFloats, ProductOf<Rows, Cols>::kScratchBytes};
+  return {Rows, Cols, ProductOf<Rows, Cols>::kPartialFloats, ProductOf<Rows, Cols>::kScratchBytes,
+          &ProductOf<Rows, Cols>::tiles};
 }
 bool known_shape(int rows, int cols) { return (rows == 64 && cols == 32) || (rows == 32 && (cols == 32 || cols == 16)); }
 ProductShape product_shape(int rows, int cols) {
