@@ -59,6 +59,55 @@ BENCHMARK(BM_Step)
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 
+// The fused step (a launch per phase) with the dueling head's and the loss's own kernels on teams
+// of threads × lanes (FusedOptions::dueling_threads, dueling_lanes, loss_threads, loss_lanes) and
+// dueling tiles of drows rows. Args: dueling threads, lanes and rows, loss threads and lanes,
+// batch (trunk 256, heads 128).
+void BM_StepFusedSmallTeams(benchmark::State& state) {
+  const zs::Config c = bench_config(256, 128);
+  zs::TrainerOptions opt;
+  opt.fused_step = true;
+  opt.fused_max_batch = 1 << 30;
+  opt.fused.dueling_threads = static_cast<int>(state.range(0));
+  opt.fused.dueling_lanes = static_cast<int>(state.range(1));
+  opt.fused.dueling_rows = static_cast<int>(state.range(2));
+  opt.fused.loss_threads = static_cast<int>(state.range(3));
+  opt.fused.loss_lanes = static_cast<int>(state.range(4));
+  opt.batch_size = static_cast<int>(state.range(5));
+  zs::Trainer t(c, opt);
+  if (!t.fused()) {
+    state.SkipWithError(("the fused step is off: " + t.fused_off_reason()).c_str());
+    return;
+  }
+  fill_batch(t);
+  zs::bench::time_on_stream(state, t.stream(), [&] { t.step(); }, 20);
+  state.counters["graph_nodes"] = static_cast<double>(t.graph_nodes());
+}
+BENCHMARK(BM_StepFusedSmallTeams)
+    ->ArgNames({"dthreads", "dlanes", "drows", "lthreads", "llanes", "B"})
+    ->Args({4, 32, 1, 4, 32, 256})
+    ->Args({8, 16, 1, 4, 32, 256})
+    ->Args({16, 8, 1, 4, 32, 256})
+    ->Args({32, 4, 1, 4, 32, 256})
+    ->Args({16, 4, 1, 4, 32, 256})
+    ->Args({32, 8, 2, 4, 32, 256})
+    ->Args({32, 4, 3, 4, 32, 256})
+    ->Args({64, 4, 4, 4, 32, 256})
+    ->Args({4, 32, 1, 8, 16, 256})
+    ->Args({4, 32, 1, 16, 8, 256})
+    ->Args({4, 32, 1, 32, 4, 256})
+    ->Args({4, 32, 1, 8, 8, 256})
+    ->Args({4, 32, 1, 2, 32, 256})
+    ->Args({8, 16, 1, 8, 16, 256})
+    ->Args({16, 8, 1, 16, 8, 256})
+    ->Args({16, 8, 1, 8, 16, 256})
+    ->Args({8, 16, 1, 16, 8, 256})
+    ->Args({4, 32, 1, 4, 32, 64})
+    ->Args({16, 8, 1, 8, 16, 64})
+    ->Args({16, 8, 1, 16, 8, 64})
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
+
 // The launch plans' graph-replayed step with the side lane (1, the default) and without (0): what
 // running the weight gradients beside the input gradients buys. Args: side, batch, trunk width, head width,
 // auxiliaries (7: IQN, ensemble and CQL on; 0: plain).

@@ -301,6 +301,65 @@ TEST(FusedC51, OneStepMatchesTheLaunchPlans) {
   }
 }
 
+// The dueling head's and the loss's own kernels on other teams (FusedOptions::dueling_threads …
+// loss_lanes): only the order of their lane reductions changes, so the step is the default
+// teams' step to FP32 rounding. On the host both run 1 × 1 whatever the options say.
+TEST(FusedC51, TheSmallKernelsTeamsChangeOnlyRounding) {
+  const auto seed = zs::test::fresh_seed();
+  SCOPED_TRACE(testing::Message() << "seed " << seed);
+  const int B = 37;
+  struct Teams {
+    int dueling_threads, dueling_lanes, loss_threads, loss_lanes;
+  };
+  for (const auto& j : {small_net(seed), odd_net(seed)}) {
+    const auto c = zs::Config::from_json(j);
+    const auto hb = zs::random_batch(c, B, seed + 9);
+    zs::Trainer base(c, fused_options(B, zs::PhasedMode::launches, 0));
+    ASSERT_TRUE(base.fused()) << base.fused_off_reason();
+    zs::upload(base.stream().exec(), c, hb, base.batch());
+    base.step_direct();
+    base.synchronize();
+    for (const Teams& v : std::vector<Teams>{{16, 8, 8, 16}, {32, 4, 2, 32}, {8, 16, 32, 4}, {1, 1, 1, 1}}) {
+      SCOPED_TRACE(testing::Message() << "dueling " << v.dueling_threads << " × " << v.dueling_lanes << ", loss "
+                                      << v.loss_threads << " × " << v.loss_lanes << ", " << j.dump());
+      auto fo = fused_options(B, zs::PhasedMode::launches, 0);
+      fo.fused.dueling_threads = v.dueling_threads;
+      fo.fused.dueling_lanes = v.dueling_lanes;
+      fo.fused.loss_threads = v.loss_threads;
+      fo.fused.loss_lanes = v.loss_lanes;
+      zs::Trainer t(c, fo);
+      ASSERT_TRUE(t.fused()) << t.fused_off_reason();
+      const zs::FusedKernel* k = t.fused_kernel();
+      const bool device = zs::WarpTile<zs::ExecSpace>::kVectorLength > 1;
+      EXPECT_EQ(k->dueling_shape().team_size, device ? v.dueling_threads : 1);
+      EXPECT_EQ(k->dueling_shape().vector_length, device ? v.dueling_lanes : 1);
+      EXPECT_EQ(k->loss_shape().team_size, device ? v.loss_threads : 1);
+      EXPECT_EQ(k->loss_shape().vector_length, device ? v.loss_lanes : 1);
+      zs::upload(t.stream().exec(), c, hb, t.batch());
+      t.step_direct();
+      t.synchronize();
+      float lt = 0, lb = 0;
+      Kokkos::deep_copy(lt, t.loss().loss);
+      Kokkos::deep_copy(lb, base.loss().loss);
+      EXPECT_NEAR(lt, lb, 1e-5 * std::abs(lb) + 1e-7);
+      const auto bt = to_host(t.loss().best), bb = to_host(base.loss().best);
+      int differ = 0;
+      for (std::size_t i = 0; i < bt.size(); ++i) differ += bt[i] != bb[i];
+      // A Q tie within FP32 rounding may go the other way; more than one is a wrong reduction.
+      EXPECT_LE(differ, 1) << "a* differs in " << differ << " of " << bt.size() << " (sample, branch)";
+      if (differ > 0) continue;
+      EXPECT_LT(max_rel(to_host(t.loss().priorities), to_host(base.loss().priorities)), 1e-5);
+      EXPECT_LT(max_rel(to_host(t.online_acts().logp), to_host(base.online_acts().logp)), 1e-5);
+      const auto gt = host_copy(t.grad().flat()), gb = host_copy(base.grad().flat());
+      for (const auto& tensor : t.layout().tensors()) {
+        const std::vector<float> a(gt.begin() + tensor.offset, gt.begin() + tensor.offset + tensor.size());
+        const std::vector<float> b(gb.begin() + tensor.offset, gb.begin() + tensor.offset + tensor.size());
+        EXPECT_LT(norm_rel(a, b), 1e-4) << tensor.name;
+      }
+    }
+  }
+}
+
 TEST(FusedC51, EveryParameterGradientMatchesFiniteDifferences) {
   auto draw = zs::test::draw_for_gradient_check(
       [](std::uint64_t s) { return zs::Config::from_json(small_net(s)); }, 12, fused_options(12));
@@ -499,6 +558,24 @@ TEST(FusedC51, ConfigsOutOfItsReachRunTheLaunchPlansAndSayWhy) {
   EXPECT_NE(why.find("tiles of 16 × 32 (tile_rows × tile_cols); expected 64 × 32, 32 × 32 or 32 × 16"),
             std::string::npos)
       << why;
+  // The dueling head's and the loss's own teams: lanes a power of two up to 32, at most 1,024
+  // threads in all, refused on every backend (the host, which runs them 1 × 1, too).
+  for (const auto& [threads, lanes] : std::vector<std::pair<int, int>>{{0, 32}, {4, 3}, {4, 64}, {64, 32}}) {
+    zs::FusedOptions team;
+    team.loss_threads = threads;
+    team.loss_lanes = lanes;
+    EXPECT_FALSE(zs::fused_supports(zs::Config::from_json(small_net(1)), team, &why));
+    EXPECT_NE(why.find("the loss kernel's team of " + std::to_string(threads) + " threads × " +
+                       std::to_string(lanes) + " lanes; expected at least 1 thread, lanes a power of two up to 32"),
+              std::string::npos)
+        << why;
+    zs::FusedOptions dueling;
+    dueling.dueling_threads = threads;
+    dueling.dueling_lanes = lanes;
+    EXPECT_FALSE(zs::fused_supports(zs::Config::from_json(small_net(1)), dueling, &why));
+    EXPECT_NE(why.find("the dueling kernel's team of " + std::to_string(threads) + " threads"), std::string::npos)
+        << why;
+  }
   // More runs of tiles than the kernel's parameters hold: 9 trunk layers and 9 branches.
   auto wide = small_net(1);
   wide["trunk"] = std::vector<int>(9, 8);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <tuple>
 
 #include "backends/host_copy.hpp"
 #include "backends/warp_tile.hpp"
@@ -56,6 +57,21 @@ using kernels::kAllKinds;
 // which a launch must wait for: a host synchronisation in every step.
 static_assert(sizeof(phased_detail::EveryPhase<ExecSpace, PhaseOfKinds<kAllKinds, 64, 32>>) <= 3584,
               "the fused kernel's functor must stay a kernel parameter");
+
+// A small kernel's team as the backend runs it: the options' on a device, one thread of one lane
+// on the host (where every fused tile runs on one thread). Bad values are refused on every backend.
+struct SmallTeam {
+  int threads = 1, lanes = 1;
+};
+bool small_team_ok(int threads, int lanes) {
+  return threads >= 1 && lanes >= 1 && lanes <= 32 && (lanes & (lanes - 1)) == 0 && threads * lanes <= 1024;
+}
+SmallTeam small_team(int threads, int lanes, const char* kind) {
+  require(small_team_ok(threads, lanes), "FusedBuilder: the ", kind, " kernel's team of ", threads, " threads × ",
+          lanes, " lanes; expected at least 1 thread, lanes a power of two up to 32, at most 1024 in all");
+  if (WarpTile<ExecSpace>::kVectorLength == 1) return {};
+  return {threads, lanes};
+}
 }  // namespace
 
 int fused_step_items(const Config& c) {
@@ -92,8 +108,15 @@ bool fused_supports(const Config& c, const FusedOptions& o, std::string* reason)
   if (o.dueling_rows < 1 || o.dueling_rows > fit)
     return no(str("dueling_rows = ", o.dueling_rows, "; expected 1 to ", fit, " (rows of ", table.actions,
                   " actions × ", c.atoms, " atoms that fit in team scratch)"));
-  const std::size_t loss =
-      kernels::C51BranchLoss<ExecSpace>::scratch_bytes(Product::kTeamSize, c.atoms);
+  for (const auto& [what, threads, lanes] :
+       {std::tuple<const char*, int, int>{"dueling", o.dueling_threads, o.dueling_lanes},
+        std::tuple<const char*, int, int>{"loss", o.loss_threads, o.loss_lanes}})
+    if (!small_team_ok(threads, lanes))
+      return no(str("the ", what, " kernel's team of ", threads, " threads × ", lanes,
+                    " lanes; expected at least 1 thread, lanes a power of two up to 32, at most 1024 in all"));
+  const int loss_threads = WarpTile<ExecSpace>::kVectorLength == 1 ? 1 : o.loss_threads;
+  const std::size_t loss = kernels::C51BranchLoss<ExecSpace>::scratch_bytes(
+      std::max(Product::kTeamSize, loss_threads), c.atoms);
   if (loss > kFusedScratchBudget)
     return no(str("the C51 loss of ", c.atoms, " atoms needs ", loss, " bytes of team scratch; the budget is ",
                   kFusedScratchBudget));
@@ -240,9 +263,18 @@ FusedKernel FusedBuilder::build(FusedProgramOnDevice program, std::size_t scratc
   k.shape_ = {Product::kTeamSize, WarpTile<ExecSpace>::kVectorLength, std::max(scratch_bytes, shape.scratch_bytes)};
   k.mode_ = kCanPersist ? options.mode : PhasedMode::launches;
   k.per_kind_ = options.kernel_per_kind;
-  // A kernel of only the dueling head or only the loss needs only what the caller asked for, not
-  // the products' stages: more of its teams fit on a multiprocessor.
-  k.small_shape_ = {k.shape_.team_size, k.shape_.vector_length, scratch_bytes};
+  // A kernel of only the dueling head or only the loss needs only what the caller asked for (and
+  // the loss what its own team counts), not the products' stages: more of its teams fit on a
+  // multiprocessor.
+  const SmallTeam dueling = small_team(options.dueling_threads, options.dueling_lanes, "dueling");
+  const SmallTeam loss = small_team(options.loss_threads, options.loss_lanes, "loss");
+  const int atoms = program.c51.sup.atoms;
+  const std::size_t loss_bytes =
+      atoms > 0 ? kernels::C51BranchLoss<ExecSpace>::scratch_bytes(loss.threads, atoms) : std::size_t{0};
+  require(loss_bytes <= kFusedScratchBudget, "FusedBuilder: the loss's team of ", loss.threads, " threads needs ",
+          loss_bytes, " bytes of team scratch for ", atoms, " atoms; the budget is ", kFusedScratchBudget);
+  k.dueling_shape_ = {dueling.threads, dueling.lanes, scratch_bytes};
+  k.loss_shape_ = {loss.threads, loss.lanes, std::max(scratch_bytes, loss_bytes)};
   if (k.mode_ == PhasedMode::persistent) {
     const int widest = *std::max_element(phase_tiles.begin(), phase_tiles.end());
     k.teams_ = std::max(1, std::min(persistent_grid_teams(options.teams_per_sm), widest));
@@ -271,9 +303,9 @@ void FusedKernel::enqueue_as(const ExecSpace& exec) const {
     if ((kinds & ~kProducts) == 0)
       launch_phase(exec, "zs::fused_step::products", PhaseOfKinds<kProducts, Rows, Cols>{program_}, shape_, p);
     else if (kinds == kDueling)  // the head's and the loss's kernels have no product in them
-      launch_phase(exec, "zs::fused_step::dueling", PhaseOfKinds<kDueling, 64, 32>{program_}, small_shape_, p);
+      launch_phase(exec, "zs::fused_step::dueling", PhaseOfKinds<kDueling, 64, 32>{program_}, dueling_shape_, p);
     else if (kinds == kLoss)
-      launch_phase(exec, "zs::fused_step::loss", PhaseOfKinds<kLoss, 64, 32>{program_}, small_shape_, p);
+      launch_phase(exec, "zs::fused_step::loss", PhaseOfKinds<kLoss, 64, 32>{program_}, loss_shape_, p);
     else
       launch_phase(exec, "zs::fused_step", all, shape_, p);
   }

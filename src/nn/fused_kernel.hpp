@@ -44,6 +44,12 @@ struct FusedOptions {
   // four times the tiles of 64 × 32), 128 registers: 124.3 and 2,143.
   int tile_rows = 32;
   int tile_cols = 32;  // 32, or 16 with 32 rows
+  // The dueling head's and the loss's own kernels (kernel_per_kind): team threads × vector lanes
+  // (lanes 1, 2, 4, 8, 16 or 32; at most 1,024 in all). A dueling tile's log-softmaxes go a team
+  // thread per (row, action) with its lanes over atoms, the loss's a* terms a thread per action:
+  // few lanes and many threads shorten both serial chains. On the host always 1 × 1.
+  int dueling_threads = 4, dueling_lanes = 32;
+  int loss_threads = 4, loss_lanes = 32;
 };
 
 using FusedProgramOnDevice = kernels::FusedProgram<ExecSpace>;
@@ -100,6 +106,9 @@ class FusedKernel {
   // Product jobs whose k is split (FusedOptions::split_chunks).
   int split_jobs() const { return split_jobs_; }
   std::size_t scratch_bytes() const { return shape_.scratch_bytes; }
+  // The dueling head's and the loss's own kernels' teams (kernel_per_kind).
+  const PhasedShape& dueling_shape() const { return dueling_shape_; }
+  const PhasedShape& loss_shape() const { return loss_shape_; }
 
  private:
   friend class FusedBuilder;
@@ -107,7 +116,7 @@ class FusedKernel {
   void enqueue_as(const ExecSpace& exec) const;
   FusedProgramOnDevice program_;
   PhasedShape shape_;
-  PhasedShape small_shape_;  // the dueling head's and the loss's own kernels (kernel_per_kind)
+  PhasedShape dueling_shape_, loss_shape_;  // the dueling head's and the loss's own kernels (kernel_per_kind)
   PhasedMode mode_ = PhasedMode::launches;
   int teams_ = 0;
   int split_jobs_ = 0;
