@@ -108,6 +108,51 @@ BENCHMARK(BM_StepFusedSmallTeams)
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 
+// The fused step (a launch per phase) with the dueling head inside the loss's phase (fuse 1:
+// FusedOptions::fuse_head_loss) or as a phase of its own (0, on 16 × 8 teams), the loss's teams
+// of threads × lanes. Args: fuse, loss threads and lanes, batch (trunk 256, heads 128, or with
+// B = 4096 trunk 512, heads 256).
+void BM_StepFusedHeadLoss(benchmark::State& state) {
+  const int B = static_cast<int>(state.range(3));
+  const zs::Config c = B >= 4096 ? bench_config(512, 256) : bench_config(256, 128);
+  zs::TrainerOptions opt;
+  opt.fused_step = true;
+  opt.fused_max_batch = 1 << 30;
+  opt.fused.fuse_head_loss = state.range(0) != 0;
+  opt.fused.loss_threads = static_cast<int>(state.range(1));
+  opt.fused.loss_lanes = static_cast<int>(state.range(2));
+  opt.batch_size = B;
+  zs::Trainer t(c, opt);
+  if (!t.fused()) {
+    state.SkipWithError(("the fused step is off: " + t.fused_off_reason()).c_str());
+    return;
+  }
+  fill_batch(t);
+  zs::bench::time_on_stream(state, t.stream(), [&] { t.step(); }, 20);
+  state.counters["graph_nodes"] = static_cast<double>(t.graph_nodes());
+  state.counters["fused_launches"] = t.fused_kernel()->launches();
+}
+BENCHMARK(BM_StepFusedHeadLoss)
+    ->ArgNames({"fuse", "lthreads", "llanes", "B"})
+    ->Args({0, 4, 32, 256})
+    ->Args({1, 4, 32, 256})
+    ->Args({1, 2, 32, 256})
+    ->Args({1, 8, 16, 256})
+    ->Args({1, 16, 8, 256})
+    ->Args({1, 32, 4, 256})
+    ->Args({1, 8, 32, 256})
+    ->Args({1, 16, 16, 256})
+    ->Args({0, 4, 32, 64})
+    ->Args({1, 4, 32, 64})
+    ->Args({1, 16, 8, 64})
+    ->Args({0, 4, 32, 1024})
+    ->Args({1, 4, 32, 1024})
+    ->Args({1, 16, 8, 1024})
+    ->Args({0, 4, 32, 4096})
+    ->Args({1, 4, 32, 4096})
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
+
 // The launch plans' graph-replayed step with the side lane (1, the default) and without (0): what
 // running the weight gradients beside the input gradients buys. Args: side, batch, trunk width, head width,
 // auxiliaries (7: IQN, ensemble and CQL on; 0: plain).

@@ -203,19 +203,24 @@ TEST(FusedC51, OneStepMatchesTheLaunchPlans) {
   const auto seed = zs::test::fresh_seed();
   SCOPED_TRACE(testing::Message() << "seed " << seed);
   const int B = 37;
-  // Split-K (32 × 32 tiles), and unsplit with every tile shape.
+  // Split-K (32 × 32 tiles), and unsplit with every tile shape; the dueling head inside the
+  // loss's phase (the default) and as a phase of its own.
   struct Variant {
     int split_chunks, tile_rows, tile_cols;
+    bool fuse_head_loss;
   };
-  for (const Variant& v : std::vector<Variant>{{1, 32, 32}, {0, 64, 32}, {0, 32, 32}, {0, 32, 16}})
+  for (const Variant& v :
+       std::vector<Variant>{{1, 32, 32, true}, {0, 64, 32, true}, {0, 32, 32, true}, {0, 32, 16, true}, {0, 32, 32, false}})
   for (const auto& j : {small_net(seed), odd_net(seed)}) {
     const int split_chunks = v.split_chunks, tile_rows = v.tile_rows;
     SCOPED_TRACE(testing::Message() << "split_chunks " << split_chunks << ", tiles " << tile_rows << " × "
-                                    << v.tile_cols << ", " << j.dump());
+                                    << v.tile_cols << ", head and loss " << (v.fuse_head_loss ? "fused" : "apart")
+                                    << ", " << j.dump());
     const auto c = zs::Config::from_json(j);
     auto fo = fused_options(B, zs::PhasedMode::persistent, split_chunks);
     fo.fused.tile_rows = tile_rows;
     fo.fused.tile_cols = v.tile_cols;
+    fo.fused.fuse_head_loss = v.fuse_head_loss;
     zs::Trainer fused(c, fo), plans(c, plan_options(B));
     // The plans in FP32: on TF32 backends the yardstick of how far TF32 alone moves a gradient.
     auto j32 = j;
@@ -267,6 +272,10 @@ TEST(FusedC51, OneStepMatchesTheLaunchPlans) {
     if (flips > 0) std::printf("[  NOTE    ] %d of %d hidden units on the other side of the ReLU: the gradients "
                                "are not compared on this draw\n", flips, units);
     if (differ == 0 && differ32 == 0 && flips == 0) {
+      // Every row's log-probabilities, which the head writes for the auxiliaries and the Q
+      // statistics wherever it runs.
+      EXPECT_LT(max_rel(to_host(fused.online_acts().logp), to_host(plans.online_acts().logp)), tol);
+      EXPECT_LT(max_rel(to_host(fused.target_acts().logp), to_host(plans.target_acts().logp)), tol);
       EXPECT_LT(max_rel(to_host(fused.loss().priorities), to_host(plans.loss().priorities)), tol);
       EXPECT_LT(max_rel(to_host(fused.loss().projected), to_host(plans.loss().projected)), tol);
       // Every tensor of the main network written, each on its own scale. FP32 (the host): the
@@ -310,6 +319,7 @@ TEST(FusedC51, TheSmallKernelsTeamsChangeOnlyRounding) {
   const int B = 37;
   struct Teams {
     int dueling_threads, dueling_lanes, loss_threads, loss_lanes;
+    bool fuse_head_loss;
   };
   for (const auto& j : {small_net(seed), odd_net(seed)}) {
     const auto c = zs::Config::from_json(j);
@@ -319,17 +329,29 @@ TEST(FusedC51, TheSmallKernelsTeamsChangeOnlyRounding) {
     zs::upload(base.stream().exec(), c, hb, base.batch());
     base.step_direct();
     base.synchronize();
-    for (const Teams& v : std::vector<Teams>{{16, 8, 8, 16}, {32, 4, 2, 32}, {8, 16, 32, 4}, {1, 1, 1, 1}}) {
+    ASSERT_TRUE(zs::FusedOptions{}.fuse_head_loss);  // the base: the head inside the loss's phase
+    for (const Teams& v : std::vector<Teams>{{16, 8, 8, 16, true},
+                                             {32, 4, 2, 32, true},
+                                             {8, 16, 32, 4, true},
+                                             {1, 1, 1, 1, true},
+                                             {16, 8, 4, 32, false},
+                                             {4, 32, 16, 8, false},
+                                             {1, 1, 1, 1, false}}) {
       SCOPED_TRACE(testing::Message() << "dueling " << v.dueling_threads << " × " << v.dueling_lanes << ", loss "
-                                      << v.loss_threads << " × " << v.loss_lanes << ", " << j.dump());
+                                      << v.loss_threads << " × " << v.loss_lanes << ", head and loss "
+                                      << (v.fuse_head_loss ? "fused" : "apart") << ", " << j.dump());
       auto fo = fused_options(B, zs::PhasedMode::launches, 0);
       fo.fused.dueling_threads = v.dueling_threads;
       fo.fused.dueling_lanes = v.dueling_lanes;
       fo.fused.loss_threads = v.loss_threads;
       fo.fused.loss_lanes = v.loss_lanes;
+      fo.fused.fuse_head_loss = v.fuse_head_loss;
       zs::Trainer t(c, fo);
       ASSERT_TRUE(t.fused()) << t.fused_off_reason();
       const zs::FusedKernel* k = t.fused_kernel();
+      // The head apart is a phase (and a launch) of its own.
+      EXPECT_EQ(k->phases(), base.fused_kernel()->phases() + (v.fuse_head_loss ? 0 : 1));
+      EXPECT_EQ(k->launches(), base.fused_kernel()->launches() + (v.fuse_head_loss ? 0 : 1));
       const bool device = zs::WarpTile<zs::ExecSpace>::kVectorLength > 1;
       EXPECT_EQ(k->dueling_shape().team_size, device ? v.dueling_threads : 1);
       EXPECT_EQ(k->dueling_shape().vector_length, device ? v.dueling_lanes : 1);
@@ -350,6 +372,7 @@ TEST(FusedC51, TheSmallKernelsTeamsChangeOnlyRounding) {
       if (differ > 0) continue;
       EXPECT_LT(max_rel(to_host(t.loss().priorities), to_host(base.loss().priorities)), 1e-5);
       EXPECT_LT(max_rel(to_host(t.online_acts().logp), to_host(base.online_acts().logp)), 1e-5);
+      EXPECT_LT(max_rel(to_host(t.target_acts().logp), to_host(base.target_acts().logp)), 1e-5);
       const auto gt = host_copy(t.grad().flat()), gb = host_copy(base.grad().flat());
       for (const auto& tensor : t.layout().tensors()) {
         const std::vector<float> a(gt.begin() + tensor.offset, gt.begin() + tensor.offset + tensor.size());
@@ -576,6 +599,19 @@ TEST(FusedC51, ConfigsOutOfItsReachRunTheLaunchPlansAndSayWhy) {
     EXPECT_NE(why.find("the dueling kernel's team of " + std::to_string(threads) + " threads"), std::string::npos)
         << why;
   }
+  // A branch too wide for its three rows' logits in the loss's scratch: refused with the head
+  // inside the loss, taken with the head as a phase of its own (whose tiles are one row).
+  auto wide_branch = small_net(1);
+  wide_branch["atoms"] = 51;
+  wide_branch["branches"] = {80, 2};
+  const auto cb = zs::Config::from_json(wide_branch);
+  EXPECT_FALSE(zs::fused_supports(cb, {}, &why));
+  EXPECT_NE(why.find("the C51 loss of 51 atoms with its dueling head (80 actions in the widest branch) needs"),
+            std::string::npos)
+      << why;
+  zs::FusedOptions apart;
+  apart.fuse_head_loss = false;
+  EXPECT_TRUE(zs::fused_supports(cb, apart, &why)) << why;
   // More runs of tiles than the kernel's parameters hold: 9 trunk layers and 9 branches.
   auto wide = small_net(1);
   wide["trunk"] = std::vector<int>(9, 8);

@@ -11,6 +11,7 @@
 
 #include "backends/backend.hpp"
 #include "kernels/branch_table.hpp"
+#include "kernels/c51_head.hpp"
 #include "kernels/c51_loss.hpp"
 #include "kernels/c51_q.hpp"
 #include "kernels/math.hpp"
@@ -37,6 +38,16 @@ struct C51BranchLoss {
   // Both gradients' rows are rounded up to a multiple of `pad` floats (1: BranchTable's dense
   // layout): the fused step pads them to 4 so that its products stage them 16 bytes at a time.
   int pad = 1;
+  // The dueling head's inputs and outputs for head_branch(): the output layers' results (their
+  // biases already added) of the online net on s and s′ (2B rows: s, then s′) and of the target
+  // net on s′ (B rows), and where their log-probabilities go (logp_online's and logp_target's
+  // storage, written here).
+  const float* online_value = nullptr;   // [2B, atoms]
+  const float* online_branch = nullptr;  // flat, BranchTable layout for 2B rows
+  const float* target_value = nullptr;   // [B, atoms]
+  const float* target_branch = nullptr;  // flat, BranchTable layout for B rows
+  float* online_logp = nullptr;          // [2B, A, atoms]
+  float* target_logp = nullptr;          // [B, A, atoms]
 
   KOKKOS_INLINE_FUNCTION int padded(int floats) const { return (floats + pad - 1) / pad * pad; }
   // Where (sample i, atom j) of branch k's share of ∂loss/∂value_out lives, for B samples.
@@ -57,16 +68,77 @@ struct C51BranchLoss {
   // Team scratch for a team of `team_size` team threads: each thread's Q terms (double), each
   // one's a* key, the source positions, probabilities and projected mass, and two partial sums
   // per thread.
-  static std::size_t scratch_bytes(int team_size, int atoms) {
+  // (Device code counts it too: head_branch finds its own part of the scratch after the loss's.)
+  KOKKOS_INLINE_FUNCTION static std::size_t scratch_bytes(int team_size, int atoms) {
     return sizeof(double) * team_size * atoms + sizeof(std::uint64_t) * team_size +
            sizeof(float) * (3 * atoms + 2 * team_size);
+  }
+  // head_branch()'s: the loss's, then the three rows' logits of the widest branch, their value
+  // streams and their branch means.
+  KOKKOS_INLINE_FUNCTION static std::size_t head_scratch_bytes(int team_size, int atoms, int widest_branch) {
+    return scratch_bytes(team_size, atoms) + sizeof(float) * 3 * (widest_branch + 2) * atoms;
+  }
+
+  // Sample i, branch k, with the dueling head of that branch's three rows (online on s and s′,
+  // target on s′) formed first in scratch: branch k's log-probabilities depend only on the value
+  // stream and branch k's outputs, so the B·K teams of the loss form every row's head between
+  // them and the loss reads it from scratch, in one phase instead of two. The head is
+  // DuelingTiles' arithmetic in the same order, and every log-probability is still stored for
+  // the auxiliaries and the Q statistics.
+  KOKKOS_INLINE_FUNCTION void head_branch(const Member& team, int i, int k, void* scratch) const {
+    const int B = static_cast<int>(rewards.extent(0)), Z = sup.atoms, A = table.actions;
+    const int c0 = table.cum(k), n = table.size(k), w = n * Z;
+    float* const lp = reinterpret_cast<float*>(static_cast<char*>(scratch) + scratch_bytes(team.team_size(), Z));
+    float* const value = lp + static_cast<std::size_t>(3) * w;
+    float* const mean = value + 3 * Z;
+    // Row r of the three: its net's rows, its row there, its outputs and its log-probabilities.
+    auto rows_of = [&](int r) { return r < 2 ? 2 * B : B; };
+    auto row_of = [&](int r) { return r == 1 ? B + i : i; };
+    auto value_of = [&](int r) { return r < 2 ? online_value : target_value; };
+    auto branch_of = [&](int r) { return r < 2 ? online_branch : target_branch; };
+    auto logp_of = [&](int r) { return r < 2 ? online_logp : target_logp; };
+    for (int r = 0; r < 3; ++r) {
+      const float* const src = branch_of(r) + table.index(rows_of(r), Z, k, row_of(r), 0, 0);
+      Kokkos::parallel_for(Kokkos::TeamVectorRange(team, w), [&](const int f) { lp[r * w + f] = src[f]; });
+      const float* const v = value_of(r) + static_cast<std::size_t>(row_of(r)) * Z;
+      Kokkos::parallel_for(Kokkos::TeamVectorRange(team, Z), [&](const int j) { value[r * Z + j] = v[j]; });
+    }
+    team.team_barrier();
+    Kokkos::parallel_for(Kokkos::TeamVectorRange(team, 3 * Z), [&](const int f) {
+      const int r = f / Z, j = f % Z;
+      float m = 0.f;
+      for (int b = 0; b < n; ++b) m += lp[r * w + b * Z + j];
+      mean[f] = m / static_cast<float>(n);
+    });
+    team.team_barrier();
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, 3 * n), [&](const int f) {
+      const int r = f / n;
+      float* const l = lp + static_cast<std::size_t>(f) * Z;
+      const float* const v = value + r * Z;
+      const float* const m = mean + r * Z;
+      log_softmax_lanes(team, Z, [&](const int j) { return v[j] + l[j] - m[j]; }, l, l);
+    });
+    team.team_barrier();
+    for (int r = 0; r < 3; ++r) {
+      float* const dst = logp_of(r) + (static_cast<std::size_t>(row_of(r)) * A + c0) * Z;
+      Kokkos::parallel_for(Kokkos::TeamVectorRange(team, w), [&](const int f) { dst[f] = lp[r * w + f]; });
+    }
+    branch_on(team, i, k, lp, lp + w, lp + 2 * w, scratch);
   }
 
   // Sample i, branch k, by the whole team. Results are written in a fixed order: the same
   // inputs give the same bits.
   KOKKOS_INLINE_FUNCTION void branch(const Member& team, int i, int k, void* scratch) const {
+    const int B = static_cast<int>(rewards.extent(0)), c0 = table.cum(k);
+    branch_on(team, i, k, &logp_online(i, c0, 0), &logp_online(B + i, c0, 0), &logp_target(i, c0, 0), scratch);
+  }
+
+  // branch() on branch k's log-probabilities wherever they are: its n_k actions × atoms of the
+  // online net on s (`now`) and on s′ (`next`) and of the target net on s′ (`target`).
+  KOKKOS_INLINE_FUNCTION void branch_on(const Member& team, int i, int k, const float* now, const float* next,
+                                        const float* target, void* scratch) const {
     const int B = static_cast<int>(rewards.extent(0)), Z = sup.atoms, K = table.branches, T = team.team_size();
-    const int c0 = table.cum(k), n = table.size(k);
+    const int n = table.size(k);
     double* const terms = static_cast<double*>(scratch);
     std::uint64_t* const keys = reinterpret_cast<std::uint64_t*>(terms + T * Z);
     float* const pos = reinterpret_cast<float*>(keys + T);
@@ -86,7 +158,7 @@ struct C51BranchLoss {
       std::uint64_t key = 0;
       for (int a = w; a < n; a += T) {
         Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, Z), [&](const int j) {
-          tw[j] = c51_q_term(logp_online(B + i, c0 + a, j), j, sup.v_min, dz);
+          tw[j] = c51_q_term(next[a * Z + j], j, sup.v_min, dz);
         });
         std::uint64_t ka = 0;
         Kokkos::single(
@@ -109,7 +181,7 @@ struct C51BranchLoss {
     // 2. Each source atom's position and probability under the target net at a*.
     Kokkos::parallel_for(Kokkos::TeamVectorRange(team, Z), [&](const int j) {
       pos[j] = sup.position(rewards(i), dones(i), j);
-      prob[j] = ::expf(logp_target(i, c0 + a_star, j));
+      prob[j] = ::expf(target[a_star * Z + j]);
     });
     team.team_barrier();
     // 3. Categorical projection by gathering: target atom j takes p_l·(1 − |b_l − j|) from every
@@ -133,7 +205,7 @@ struct C51BranchLoss {
       float c = 0.f, s = 0.f;
       Kokkos::parallel_reduce(
           Kokkos::ThreadVectorRange(team, j1 - j0),
-          [&](const int t, float& acc) { acc -= m[j0 + t] * logp_online(i, c0 + at, j0 + t); }, c);
+          [&](const int t, float& acc) { acc -= m[j0 + t] * now[at * Z + j0 + t]; }, c);
       Kokkos::parallel_reduce(
           Kokkos::ThreadVectorRange(team, j1 - j0), [&](const int t, float& acc) { acc += m[j0 + t]; }, s);
       Kokkos::single(Kokkos::PerThread(team), [&]() {
@@ -151,7 +223,7 @@ struct C51BranchLoss {
     // mean spreads it over the branch's actions, and the value stream gets it whole.
     const float coef = weights(i) / static_cast<float>(B * K);
     Kokkos::parallel_for(Kokkos::TeamVectorRange(team, Z), [&](const int j) {
-      const float dq = valid ? coef * (::expf(logp_online(i, c0 + taken, j)) * msum - m[j]) : NAN;
+      const float dq = valid ? coef * (::expf(now[taken * Z + j]) * msum - m[j]) : NAN;
       d_value_parts[value_at(B, k, i, j)] = dq;
       float* const d_out = d_branch_out + branch_block(B, k) + static_cast<std::size_t>(i) * branch_ld(k) + j;
       for (int a = 0; a < n; ++a) d_out[a * Z] = dq * ((a == taken ? 1.f : 0.f) - 1.f / static_cast<float>(n));

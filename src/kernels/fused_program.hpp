@@ -1,6 +1,6 @@
 // The fused step as data: phases of tiles, each tile one of a few kinds (a tile of a matrix
-// product, a tile of rows of the dueling head, one (sample, branch) of the C51 loss, or the
-// loss's totals), run by phased_launch (backends/phased_launch.hpp) as one persistent launch or
+// product, a tile of rows of the dueling head, one (sample, branch) of the C51 loss with or
+// without its rows' dueling head, or the loss's totals), run by phased_launch (backends/phased_launch.hpp) as one persistent launch or
 // a launch per phase. nn/fused_step.hpp builds the tables once; nothing is decided per step.
 #pragma once
 #include "backends/backend.hpp"
@@ -10,7 +10,9 @@
 
 namespace zs::kernels {
 
-enum class FusedTileKind : int { product = 0, dueling = 1, c51_branch = 2, c51_finish = 3 };
+// c51_head_branch: one (sample, branch) of the loss with its three rows' dueling head before it
+// (C51BranchLoss::head_branch), in place of a dueling phase and a c51_branch phase.
+enum class FusedTileKind : int { product = 0, dueling = 1, c51_branch = 2, c51_finish = 3, c51_head_branch = 4 };
 
 // A run of consecutive tiles of one phase: tiles [tile0, tile0 + tiles) are `kind`'s, `job` the
 // product's entry in the job table.
@@ -24,7 +26,7 @@ inline constexpr int kFusedMaxItems = 128;
 
 // A kind's bit in a mask of kinds (FusedProgram::phase_kinds, tile_of).
 KOKKOS_INLINE_FUNCTION constexpr int kind_bit(FusedTileKind k) { return 1 << static_cast<int>(k); }
-inline constexpr int kAllKinds = 15;
+inline constexpr int kAllKinds = 31;
 
 template <class Exec>
 struct FusedProgram {
@@ -40,7 +42,7 @@ struct FusedProgram {
   // The items (FusedItem) as the kernel's parameters: a tile finds its own by a scan of constant
   // memory at its start instead of a chain of dependent global loads, one per item before it.
   int item_tile0[kFusedMaxItems] = {};
-  int item_code[kFusedMaxItems] = {};  // kind | job << 2
+  int item_code[kFusedMaxItems] = {};  // kind | job << 3
   int item_seg0[kFusedMaxItems] = {};  // a product's first segment: its load need not wait for the job's
   DuelingTiles<Exec, DuelingTable<MS>> dueling;
   C51BranchLoss<Exec> c51;
@@ -48,7 +50,7 @@ struct FusedProgram {
   KOKKOS_INLINE_FUNCTION int phases() const { return n_phases; }
   KOKKOS_INLINE_FUNCTION int tiles(int p) const { return phase_tiles[p]; }
 
-  static KOKKOS_INLINE_FUNCTION constexpr int item_code_of(int kind, int job) { return kind | job << 2; }
+  static KOKKOS_INLINE_FUNCTION constexpr int item_code_of(int kind, int job) { return kind | job << 3; }
 
   KOKKOS_INLINE_FUNCTION void tile(const Member& team, int p, int t, void* scratch) const {
     if (tile_rows == 64)
@@ -68,10 +70,10 @@ struct FusedProgram {
     int it = phase_item[p];
     while (it + 1 < phase_item[p + 1] && item_tile0[it + 1] <= t) ++it;
     const int code = item_code[it], local = t - item_tile0[it];
-    switch (static_cast<FusedTileKind>(code & 3)) {
+    switch (static_cast<FusedTileKind>(code & 7)) {
       case FusedTileKind::product:
         if constexpr ((Kinds & kind_bit(FusedTileKind::product)) != 0) {
-          const ProductJob job = jobs(code >> 2);
+          const ProductJob job = jobs(code >> 3);
           // The splits of one output tile are neighbours: they run at about the same time, so the
           // last one finds the others' partials still in L2.
           const int per_row = job.tiles_n * job.splits, rest = local % per_row;
@@ -90,6 +92,10 @@ struct FusedProgram {
         break;
       case FusedTileKind::c51_finish:
         if constexpr ((Kinds & kind_bit(FusedTileKind::c51_finish)) != 0) c51.finish(team, scratch);
+        break;
+      case FusedTileKind::c51_head_branch:
+        if constexpr ((Kinds & kind_bit(FusedTileKind::c51_head_branch)) != 0)
+          c51.head_branch(team, local / c51.table.branches, local % c51.table.branches, scratch);
         break;
     }
     // The next tile this team runs may overwrite the scratch this one read.

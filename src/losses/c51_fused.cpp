@@ -40,7 +40,7 @@ FusedC51::FusedC51(const StepContext& ctx, Gradients& g, const ParamBuffer& grad
                                        {{&ctx.online, ctx.batch.states(), &online, 0},
                                         {&ctx.online, ctx.batch.next_states(), &online, B},
                                         {&ctx.target, ctx.batch.next_states(), &target, 0}},
-                                       options);
+                                       options, !options.fuse_head_loss);
 
   kernels::C51BranchLoss<ExecSpace>& L = program.c51;
   L.logp_online = ctx.online_acts.logp;
@@ -61,8 +61,17 @@ FusedC51::FusedC51(const StepContext& ctx, Gradients& g, const ParamBuffer& grad
   d_branch_out_ = DeviceFloats("zs::fused::d_branch_out", L.branch_floats(B));
   L.d_value_parts = d_value_parts_.data();
   L.d_branch_out = d_branch_out_.data();
+  // The head's inputs: the passes above, online on s into rows [0, B) and on s′ into [B, 2B),
+  // the target on s′ into [0, B), the output layers' biases added by their products.
+  L.online_value = online.value_out.data();
+  L.online_branch = online.branch_out.data();
+  L.target_value = target.value_out.data();
+  L.target_branch = target.branch_out.data();
+  L.online_logp = online.logp.data();
+  L.target_logp = target.logp.data();
   b.phase();
-  b.tiles(kernels::FusedTileKind::c51_branch, B * K);
+  b.tiles(options.fuse_head_loss ? kernels::FusedTileKind::c51_head_branch : kernels::FusedTileKind::c51_branch,
+          B * K);
 
   // Backward, the online net on s (the first B rows of its activations). Each phase's input
   // gradient feeds the next; each layer's weight gradient (and its bias's, the row sums of the
@@ -159,9 +168,12 @@ FusedC51::FusedC51(const StepContext& ctx, Gradients& g, const ParamBuffer& grad
     b.product(dw, {{columns_of(g.d_trunk[i].data(), out), columns_of(x, in), B}});
   }
 
+  using Loss = kernels::C51BranchLoss<ExecSpace>;
+  constexpr int kTeam = kernels::TileProduct<ExecSpace>::kTeamSize;
   const std::size_t scratch =
-      std::max(forward_scratch_bytes(net, options),
-               kernels::C51BranchLoss<ExecSpace>::scratch_bytes(kernels::TileProduct<ExecSpace>::kTeamSize, Z));
+      std::max(forward_scratch_bytes(net, options), options.fuse_head_loss
+                                                        ? Loss::head_scratch_bytes(kTeam, Z, net.table().widest())
+                                                        : Loss::scratch_bytes(kTeam, Z));
   kernel_ = b.build(program, scratch, options);
 }
 

@@ -50,7 +50,8 @@ std::size_t forward_scratch_bytes(const Network& net, const FusedOptions& option
 }
 
 kernels::DuelingTiles<ExecSpace, kernels::DuelingTable<MemSpace>> add_forward_phases(
-    FusedBuilder& b, const Network& net, const std::vector<ForwardPass>& passes, const FusedOptions& options) {
+    FusedBuilder& b, const Network& net, const std::vector<ForwardPass>& passes, const FusedOptions& options,
+    bool dueling_phase) {
   const Config& c = net.config();
   std::string why;
   require(fused_supports(c, options, &why), "fused forward: ", why);
@@ -142,8 +143,10 @@ kernels::DuelingTiles<ExecSpace, kernels::DuelingTable<MemSpace>> add_forward_ph
   d.tile_rows = options.dueling_rows;
   d.tiles_per_entry = (max_rows + options.dueling_rows - 1) / options.dueling_rows;
   tiles = static_cast<int>(entries.size()) * d.tiles_per_entry;
-  b.phase();
-  b.tiles(kernels::FusedTileKind::dueling, tiles);
+  if (dueling_phase) {
+    b.phase();
+    b.tiles(kernels::FusedTileKind::dueling, tiles);
+  }
   return d;
 }
 

@@ -14,9 +14,12 @@ namespace zs {
 
 // Appends the forward's phases for `passes` (all of the same row count; adjacent passes of one
 // parameter buffer into adjacent rows of one Activations, reading adjacent input rows, share
-// their products) and returns the dueling head the last phase runs.
+// their products) and returns the dueling head the last phase runs. dueling_phase false: the
+// phases end with the output layers, and the caller forms the head itself (the C51 step's
+// loss, FusedOptions::fuse_head_loss); what is returned is then not run.
 kernels::DuelingTiles<ExecSpace, kernels::DuelingTable<MemSpace>> add_forward_phases(
-    FusedBuilder& b, const Network& net, const std::vector<ForwardPass>& passes, const FusedOptions& options);
+    FusedBuilder& b, const Network& net, const std::vector<ForwardPass>& passes, const FusedOptions& options,
+    bool dueling_phase = true);
 
 // The team scratch of the forward's phases.
 std::size_t forward_scratch_bytes(const Network& net, const FusedOptions& options);

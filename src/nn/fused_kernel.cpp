@@ -50,6 +50,7 @@ using kernels::kind_bit;
 constexpr int kProducts = kind_bit(FusedTileKind::product) | kind_bit(FusedTileKind::c51_finish);
 constexpr int kDueling = kind_bit(FusedTileKind::dueling);
 constexpr int kLoss = kind_bit(FusedTileKind::c51_branch);
+constexpr int kHeadLoss = kind_bit(FusedTileKind::c51_head_branch);
 using kernels::kAllKinds;
 
 // Kokkos passes a functor of less than 4 KiB (its CudaTraits::KernelArgumentLimit, with the
@@ -115,11 +116,14 @@ bool fused_supports(const Config& c, const FusedOptions& o, std::string* reason)
       return no(str("the ", what, " kernel's team of ", threads, " threads × ", lanes,
                     " lanes; expected at least 1 thread, lanes a power of two up to 32, at most 1024 in all"));
   const int loss_threads = WarpTile<ExecSpace>::kVectorLength == 1 ? 1 : o.loss_threads;
-  const std::size_t loss = kernels::C51BranchLoss<ExecSpace>::scratch_bytes(
-      std::max(Product::kTeamSize, loss_threads), c.atoms);
+  const int widest = table.widest();
+  using Loss = kernels::C51BranchLoss<ExecSpace>;
+  const int loss_team = std::max(Product::kTeamSize, loss_threads);
+  const std::size_t loss = o.fuse_head_loss ? Loss::head_scratch_bytes(loss_team, c.atoms, widest)
+                                            : Loss::scratch_bytes(loss_team, c.atoms);
   if (loss > kFusedScratchBudget)
-    return no(str("the C51 loss of ", c.atoms, " atoms needs ", loss, " bytes of team scratch; the budget is ",
-                  kFusedScratchBudget));
+    return no(str("the C51 loss of ", c.atoms, " atoms", o.fuse_head_loss ? str(" with its dueling head (", widest, " actions in the widest branch)") : std::string(),
+                  " needs ", loss, " bytes of team scratch; the budget is ", kFusedScratchBudget));
   if (o.teams_per_sm < 1)
     return no(str("teams_per_sm = ", o.teams_per_sm, "; expected at least 1"));
   if (!known_shape(o.tile_rows, o.tile_cols))
@@ -269,8 +273,14 @@ FusedKernel FusedBuilder::build(FusedProgramOnDevice program, std::size_t scratc
   const SmallTeam dueling = small_team(options.dueling_threads, options.dueling_lanes, "dueling");
   const SmallTeam loss = small_team(options.loss_threads, options.loss_lanes, "loss");
   const int atoms = program.c51.sup.atoms;
-  const std::size_t loss_bytes =
-      atoms > 0 ? kernels::C51BranchLoss<ExecSpace>::scratch_bytes(loss.threads, atoms) : std::size_t{0};
+  const int widest = program.c51.table.widest();
+  const bool head_loss = std::any_of(items_.begin(), items_.end(), [](const kernels::FusedItem& it) {
+    return it.kind == static_cast<int>(kernels::FusedTileKind::c51_head_branch);
+  });
+  using Loss = kernels::C51BranchLoss<ExecSpace>;
+  const std::size_t loss_bytes = atoms <= 0 ? std::size_t{0}
+                                 : head_loss ? Loss::head_scratch_bytes(loss.threads, atoms, widest)
+                                             : Loss::scratch_bytes(loss.threads, atoms);
   require(loss_bytes <= kFusedScratchBudget, "FusedBuilder: the loss's team of ", loss.threads, " threads needs ",
           loss_bytes, " bytes of team scratch for ", atoms, " atoms; the budget is ", kFusedScratchBudget);
   k.dueling_shape_ = {dueling.threads, dueling.lanes, scratch_bytes};
@@ -306,6 +316,8 @@ void FusedKernel::enqueue_as(const ExecSpace& exec) const {
       launch_phase(exec, "zs::fused_step::dueling", PhaseOfKinds<kDueling, 64, 32>{program_}, dueling_shape_, p);
     else if (kinds == kLoss)
       launch_phase(exec, "zs::fused_step::loss", PhaseOfKinds<kLoss, 64, 32>{program_}, loss_shape_, p);
+    else if (kinds == kHeadLoss)
+      launch_phase(exec, "zs::fused_step::head_loss", PhaseOfKinds<kHeadLoss, 64, 32>{program_}, loss_shape_, p);
     else
       launch_phase(exec, "zs::fused_step", all, shape_, p);
   }

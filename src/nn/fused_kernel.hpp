@@ -53,6 +53,11 @@ struct FusedOptions {
   // loss lost with every shape other than 4 × 32 (8 × 16 113.1, 16 × 8 114.3, 32 × 4 116.9).
   int dueling_threads = 16, dueling_lanes = 8;
   int loss_threads = 4, loss_lanes = 32;
+  // The C51 step's dueling head inside the loss's phase: each (sample, branch) team forms its
+  // branch's log-probabilities on its three rows in scratch, then the loss on them (one phase and
+  // one launch fewer; loss_threads × loss_lanes teams). false: the head a phase of its own
+  // (dueling_threads × dueling_lanes, dueling_rows), then the loss reading it back.
+  bool fuse_head_loss = true;
 };
 
 using FusedProgramOnDevice = kernels::FusedProgram<ExecSpace>;
@@ -109,7 +114,8 @@ class FusedKernel {
   // Product jobs whose k is split (FusedOptions::split_chunks).
   int split_jobs() const { return split_jobs_; }
   std::size_t scratch_bytes() const { return shape_.scratch_bytes; }
-  // The dueling head's and the loss's own kernels' teams (kernel_per_kind).
+  // The dueling head's and the loss's own kernels' teams (kernel_per_kind); the loss's is also
+  // that of the head and loss fused (FusedOptions::fuse_head_loss).
   const PhasedShape& dueling_shape() const { return dueling_shape_; }
   const PhasedShape& loss_shape() const { return loss_shape_; }
 

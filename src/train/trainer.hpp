@@ -189,6 +189,7 @@ class Trainer {
   const Optimizer& optimizer() const { return optimizer_; }
   const C51Outputs& loss() const { return c51_; }
   const Activations& online_acts() const { return acts_online_; }  // the last step's, on s and s'
+  const Activations& target_acts() const { return acts_target_; }  // the last step's, on s'
   DeviceScalar<double> grad_norm() const { return terms_.front()->norm(); }  // C51's
   const TrainingGuard& guard() const { return guard_; }
   // The spectral-norm projection, nullptr when the config has it off.
