@@ -44,6 +44,20 @@ void time_steps(benchmark::State& state, const zs::Config& c, const zs::TrainerO
   if (opt.programmatic_launch) state.counters["programmatic_edges"] = static_cast<double>(t.graph_programmatic_edges());
 }
 
+// time_steps for a trainer that must take the fused step (opt.fused_step), 20 steps per timing,
+// with the fused kernel's launches per step; an error, not a timing, when the trainer declines it.
+void time_fused_steps(benchmark::State& state, const zs::Config& c, const zs::TrainerOptions& opt) {
+  zs::Trainer t(c, opt);
+  if (!t.fused()) {
+    state.SkipWithError(("the fused step is off: " + t.fused_off_reason()).c_str());
+    return;
+  }
+  fill_batch(t);
+  zs::bench::time_on_stream(state, t.stream(), [&] { t.step(); }, 20);
+  state.counters["graph_nodes"] = static_cast<double>(t.graph_nodes());
+  state.counters["fused_launches"] = t.fused_kernel()->launches();
+}
+
 // Args: batch, trunk width, head width, graph (1) or direct (0).
 void BM_Step(benchmark::State& state) {
   zs::TrainerOptions opt;
@@ -74,14 +88,7 @@ void BM_StepFusedSmallTeams(benchmark::State& state) {
   opt.fused.loss_threads = static_cast<int>(state.range(3));
   opt.fused.loss_lanes = static_cast<int>(state.range(4));
   opt.batch_size = static_cast<int>(state.range(5));
-  zs::Trainer t(c, opt);
-  if (!t.fused()) {
-    state.SkipWithError(("the fused step is off: " + t.fused_off_reason()).c_str());
-    return;
-  }
-  fill_batch(t);
-  zs::bench::time_on_stream(state, t.stream(), [&] { t.step(); }, 20);
-  state.counters["graph_nodes"] = static_cast<double>(t.graph_nodes());
+  time_fused_steps(state, c, opt);
 }
 BENCHMARK(BM_StepFusedSmallTeams)
     ->ArgNames({"dthreads", "dlanes", "drows", "lthreads", "llanes", "B"})
@@ -122,15 +129,7 @@ void BM_StepFusedHeadLoss(benchmark::State& state) {
   opt.fused.loss_threads = static_cast<int>(state.range(1));
   opt.fused.loss_lanes = static_cast<int>(state.range(2));
   opt.batch_size = B;
-  zs::Trainer t(c, opt);
-  if (!t.fused()) {
-    state.SkipWithError(("the fused step is off: " + t.fused_off_reason()).c_str());
-    return;
-  }
-  fill_batch(t);
-  zs::bench::time_on_stream(state, t.stream(), [&] { t.step(); }, 20);
-  state.counters["graph_nodes"] = static_cast<double>(t.graph_nodes());
-  state.counters["fused_launches"] = t.fused_kernel()->launches();
+  time_fused_steps(state, c, opt);
 }
 BENCHMARK(BM_StepFusedHeadLoss)
     ->ArgNames({"fuse", "lthreads", "llanes", "B"})

@@ -78,6 +78,10 @@ struct C51BranchLoss {
   KOKKOS_INLINE_FUNCTION static std::size_t head_scratch_bytes(int team_size, int atoms, int widest_branch) {
     return scratch_bytes(team_size, atoms) + sizeof(float) * 3 * (widest_branch + 2) * atoms;
   }
+  // What a phase of branch() tiles (with_head false) or of head_branch() tiles needs.
+  static std::size_t phase_scratch_bytes(bool with_head, int team_size, int atoms, int widest_branch) {
+    return with_head ? head_scratch_bytes(team_size, atoms, widest_branch) : scratch_bytes(team_size, atoms);
+  }
 
   // Sample i, branch k, with the dueling head of that branch's three rows (online on s and s′,
   // target on s′) formed first in scratch: branch k's log-probabilities depend only on the value

@@ -1,7 +1,7 @@
 // The fused step as data: phases of tiles, each tile one of a few kinds (a tile of a matrix
 // product, a tile of rows of the dueling head, one (sample, branch) of the C51 loss with or
-// without its rows' dueling head, or the loss's totals), run by phased_launch (backends/phased_launch.hpp) as one persistent launch or
-// a launch per phase. nn/fused_step.hpp builds the tables once; nothing is decided per step.
+// without its rows' dueling head, or the loss's totals), run by phased_launch
+// (backends/phased_launch.hpp) as one persistent launch or a launch per phase. nn/fused_step.hpp builds the tables once; nothing is decided per step.
 #pragma once
 #include "backends/backend.hpp"
 #include "kernels/c51_branch_loss.hpp"

@@ -168,12 +168,10 @@ FusedC51::FusedC51(const StepContext& ctx, Gradients& g, const ParamBuffer& grad
     b.product(dw, {{columns_of(g.d_trunk[i].data(), out), columns_of(x, in), B}});
   }
 
-  using Loss = kernels::C51BranchLoss<ExecSpace>;
-  constexpr int kTeam = kernels::TileProduct<ExecSpace>::kTeamSize;
-  const std::size_t scratch =
-      std::max(forward_scratch_bytes(net, options), options.fuse_head_loss
-                                                        ? Loss::head_scratch_bytes(kTeam, Z, net.table().widest())
-                                                        : Loss::scratch_bytes(kTeam, Z));
+  const std::size_t scratch = std::max(
+      forward_scratch_bytes(net, options),
+      kernels::C51BranchLoss<ExecSpace>::phase_scratch_bytes(
+          options.fuse_head_loss, kernels::TileProduct<ExecSpace>::kTeamSize, Z, net.table().widest()));
   kernel_ = b.build(program, scratch, options);
 }
 

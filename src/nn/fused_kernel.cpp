@@ -119,11 +119,12 @@ bool fused_supports(const Config& c, const FusedOptions& o, std::string* reason)
   const int widest = table.widest();
   using Loss = kernels::C51BranchLoss<ExecSpace>;
   const int loss_team = std::max(Product::kTeamSize, loss_threads);
-  const std::size_t loss = o.fuse_head_loss ? Loss::head_scratch_bytes(loss_team, c.atoms, widest)
-                                            : Loss::scratch_bytes(loss_team, c.atoms);
+  const std::size_t loss = Loss::phase_scratch_bytes(o.fuse_head_loss, loss_team, c.atoms, widest);
+  const std::string head =
+      o.fuse_head_loss ? str(" with its dueling head (", widest, " actions in the widest branch)") : std::string();
   if (loss > kFusedScratchBudget)
-    return no(str("the C51 loss of ", c.atoms, " atoms", o.fuse_head_loss ? str(" with its dueling head (", widest, " actions in the widest branch)") : std::string(),
-                  " needs ", loss, " bytes of team scratch; the budget is ", kFusedScratchBudget));
+    return no(str("the C51 loss of ", c.atoms, " atoms", head, " needs ", loss,
+                  " bytes of team scratch; the budget is ", kFusedScratchBudget));
   if (o.teams_per_sm < 1)
     return no(str("teams_per_sm = ", o.teams_per_sm, "; expected at least 1"));
   if (!known_shape(o.tile_rows, o.tile_cols))
@@ -277,10 +278,9 @@ FusedKernel FusedBuilder::build(FusedProgramOnDevice program, std::size_t scratc
   const bool head_loss = std::any_of(items_.begin(), items_.end(), [](const kernels::FusedItem& it) {
     return it.kind == static_cast<int>(kernels::FusedTileKind::c51_head_branch);
   });
-  using Loss = kernels::C51BranchLoss<ExecSpace>;
-  const std::size_t loss_bytes = atoms <= 0 ? std::size_t{0}
-                                 : head_loss ? Loss::head_scratch_bytes(loss.threads, atoms, widest)
-                                             : Loss::scratch_bytes(loss.threads, atoms);
+  const std::size_t loss_bytes =
+      atoms <= 0 ? std::size_t{0}
+                 : kernels::C51BranchLoss<ExecSpace>::phase_scratch_bytes(head_loss, loss.threads, atoms, widest);
   require(loss_bytes <= kFusedScratchBudget, "FusedBuilder: the loss's team of ", loss.threads, " threads needs ",
           loss_bytes, " bytes of team scratch for ", atoms, " atoms; the budget is ", kFusedScratchBudget);
   k.dueling_shape_ = {dueling.threads, dueling.lanes, scratch_bytes};
