@@ -56,6 +56,7 @@ void time_fused_steps(benchmark::State& state, const zs::Config& c, const zs::Tr
   zs::bench::time_on_stream(state, t.stream(), [&] { t.step(); }, 20);
   state.counters["graph_nodes"] = static_cast<double>(t.graph_nodes());
   state.counters["fused_launches"] = t.fused_kernel()->launches();
+  state.counters["norm_in_step"] = t.norm_in_step() ? 1 : 0;
 }
 
 // Args: batch, trunk width, head width, graph (1) or direct (0).
@@ -149,6 +150,30 @@ BENCHMARK(BM_StepFusedHeadLoss)
     ->Args({1, 16, 8, 1024})
     ->Args({0, 4, 32, 4096})
     ->Args({1, 4, 32, 4096})
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
+
+// The fused step (a launch per phase) with the gradient's norm, the guard and Adam's prepare in
+// its last backward phase (norm 1: FusedOptions::norm_in_backward) or in the norms' launch of
+// their own (0), the loss's teams of threads × lanes. Args: norm, loss threads and lanes, batch
+// (trunk 256, heads 128, or with B = 4096 trunk 512, heads 256).
+void BM_StepFusedNorm(benchmark::State& state) {
+  const int B = static_cast<int>(state.range(3));
+  const zs::Config c = B >= 4096 ? bench_config(512, 256) : bench_config(256, 128);
+  zs::TrainerOptions opt;
+  opt.fused_step = true;
+  opt.fused_max_batch = 1 << 30;
+  opt.fused.norm_in_backward = state.range(0) != 0;
+  opt.fused.loss_threads = static_cast<int>(state.range(1));
+  opt.fused.loss_lanes = static_cast<int>(state.range(2));
+  opt.batch_size = B;
+  time_fused_steps(state, c, opt);
+}
+BENCHMARK(BM_StepFusedNorm)
+    ->ArgNames({"norm", "lthreads", "llanes", "B"})
+    ->ArgsProduct({{0, 1}, {4}, {32}, {64, 256, 1024, 4096}})
+    ->Args({0, 16, 8, 256})
+    ->Args({1, 16, 8, 256})
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 

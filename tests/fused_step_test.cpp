@@ -469,6 +469,113 @@ TEST(FusedC51, GraphReplayEqualsDirectLaunchAndTheLaunchModesAgree) {
   }
 }
 
+// FusedOptions::norm_in_backward: the weight-gradient tiles' squares and the last backward
+// phase's last tile give the norms' launch's norm to double rounding (only the order of the
+// double sums differs), and with it the same verdict, clip scale and update, step after step
+// (the arrival counter resets itself), from a graph and directly, split and unsplit.
+TEST(FusedC51, TheNormInTheLastBackwardPhaseIsTheNormsLaunchs) {
+  const auto seed = zs::test::fresh_seed();
+  SCOPED_TRACE(testing::Message() << "seed " << seed);
+  const int B = 37;
+  struct Variant {
+    zs::PhasedMode mode;
+    int split_chunks;
+  };
+  for (const auto& j : {small_net(seed), odd_net(seed)})
+    for (const Variant& v : std::vector<Variant>{
+             {zs::PhasedMode::persistent, 1}, {zs::PhasedMode::persistent, 0}, {zs::PhasedMode::launches, 0}}) {
+      SCOPED_TRACE(testing::Message() << (v.mode == zs::PhasedMode::launches ? "launches" : "persistent")
+                                      << ", split_chunks " << v.split_chunks << ", " << j.dump());
+      auto clipped = j;
+      clipped["max_grad_norm"] = 0.01;  // every step clipped: the scale carries the norm
+      const auto c = zs::Config::from_json(clipped);
+      auto on = fused_options(B, v.mode, v.split_chunks);
+      on.fused.norm_in_backward = true;
+      zs::Trainer in_step(c, on), apart(c, fused_options(B, v.mode, v.split_chunks));
+      ASSERT_TRUE(in_step.fused()) << in_step.fused_off_reason();
+      EXPECT_TRUE(in_step.norm_in_step());
+      EXPECT_TRUE(in_step.fused_kernel()->takes_norm());
+      EXPECT_FALSE(apart.norm_in_step());
+      EXPECT_FALSE(apart.fused_kernel()->takes_norm());
+      // The same phases and launches: the norm rides in the last one.
+      EXPECT_EQ(in_step.fused_kernel()->phases(), apart.fused_kernel()->phases());
+      EXPECT_EQ(in_step.fused_kernel()->launches(), apart.fused_kernel()->launches());
+      for (int s = 0; s < 4; ++s) {
+        SCOPED_TRACE(testing::Message() << "step " << s);
+        const auto hb = zs::random_batch(c, B, seed + 40 + s);
+        zs::upload(in_step.stream().exec(), c, hb, in_step.batch());
+        zs::upload(apart.stream().exec(), c, hb, apart.batch());
+        in_step.step();  // a graph from the second step on (the first records it)
+        apart.step_direct();
+        in_step.synchronize();
+        apart.synchronize();
+        double ni = 0, na = 0;
+        Kokkos::deep_copy(ni, in_step.grad_norm());
+        Kokkos::deep_copy(na, apart.grad_norm());
+        ASSERT_TRUE(std::isfinite(na) && na > 0) << na;
+        EXPECT_NEAR(ni, na, 1e-12 * na);
+        // The gradient itself is the same kernel's either way.
+        EXPECT_TRUE(zs::test::same_bits(host_copy(in_step.grad().flat()), host_copy(apart.grad().flat())));
+        const auto mi = in_step.metrics(), ma = apart.metrics();
+        ASSERT_TRUE(mi && ma);
+        EXPECT_EQ(mi->step, s);
+        EXPECT_EQ(mi->raw_loss, ma->raw_loss);
+        EXPECT_NEAR(mi->raw_grad_norm, ma->raw_grad_norm, 1e-12 * ma->raw_grad_norm);
+        EXPECT_EQ(mi->halt_nan, ma->halt_nan);
+        // The clip scale is the norm's, rounded to float.
+        float si = 0, sa = 0;
+        Kokkos::deep_copy(si, in_step.optimizer().clip_scale());
+        Kokkos::deep_copy(sa, apart.optimizer().clip_scale());
+        EXPECT_NEAR(si, sa, 1e-6f * sa);
+        EXPECT_LT(sa, 1.f);
+        EXPECT_LT(max_rel(host_copy(in_step.online().flat()), host_copy(apart.online().flat())), 1e-6);
+      }
+      EXPECT_TRUE(in_step.graph_recorded());
+    }
+}
+
+// Where the norms' launch has more to do than C51's norm, the trainer keeps it, whatever the
+// option says: with auxiliaries (their norms and budgets), with an all-reduce between the loss
+// and the norm, with the posts between the norm and the update.
+TEST(FusedC51, TheNormStaysItsOwnLaunchWhereItHasMoreToDo) {
+  const auto seed = zs::test::fresh_seed();
+  const int B = 8;
+  auto on = fused_options(B, zs::PhasedMode::launches, 0);
+  on.fused.norm_in_backward = true;
+  {
+    zs::Trainer alone(zs::Config::from_json(small_net(seed)), on);
+    EXPECT_TRUE(alone.norm_in_step());
+  }
+  {
+    zs::Trainer aux(zs::Config::from_json(with_every_auxiliary(small_net(seed))), on);
+    ASSERT_TRUE(aux.fused()) << aux.fused_off_reason();
+    EXPECT_FALSE(aux.norm_in_step());
+    EXPECT_FALSE(aux.fused_kernel()->takes_norm());
+  }
+  {
+    auto reduce = on;
+    reduce.always_reduce = true;
+    zs::Trainer t(zs::Config::from_json(small_net(seed)), reduce);
+    EXPECT_FALSE(t.norm_in_step());
+  }
+  {
+    auto between = on;
+    between.posts_beside = false;
+    zs::Trainer t(zs::Config::from_json(small_net(seed)), between);
+    EXPECT_FALSE(t.norm_in_step());
+  }
+  {
+    zs::Trainer off(zs::Config::from_json(small_net(seed)), fused_options(B, zs::PhasedMode::launches, 0));
+    ASSERT_TRUE(off.fused());
+    auto* term = off.term_as<zs::C51Term>("c51");
+    ASSERT_NE(term, nullptr);
+    zs::FusedKernel& k = const_cast<zs::C51Term*>(term)->fused()->kernel();
+    EXPECT_NE(zs::test::error_of([&] { k.set_norm_tail(zs::DeviceScalar<double>("n"), {}); })
+                  .find("the kernel takes no norm"),
+              std::string::npos);
+  }
+}
+
 TEST(FusedC51, WithEveryAuxiliaryTheTermsMatchTheLaunchPlans) {
   const auto seed = zs::test::fresh_seed();
   SCOPED_TRACE(testing::Message() << "seed " << seed);
@@ -492,10 +599,14 @@ TEST(FusedC51, WithEveryAuxiliaryTheTermsMatchTheLaunchPlans) {
 TEST(FusedC51, NaNBatchTripsTheGuardAndChangesNothing) {
   const auto seed = zs::test::fresh_seed();
   SCOPED_TRACE(testing::Message() << "seed " << seed);
+  for (const bool norm_in_backward : {false, true})
   for (const auto& j : {small_net(seed), with_every_auxiliary(small_net(seed))}) {
-    SCOPED_TRACE(j.dump());
+    SCOPED_TRACE(testing::Message() << "norm_in_backward " << norm_in_backward << ", " << j.dump());
     const auto c = zs::Config::from_json(j);
-    zs::Trainer tr(c, fused_options(8));
+    auto o = fused_options(8);
+    o.fused.norm_in_backward = norm_in_backward;
+    zs::Trainer tr(c, o);
+    EXPECT_EQ(tr.norm_in_step(), norm_in_backward && j.find("iqn") == j.end());
     auto hb = zs::random_batch(c, 8, seed + 3);
     zs::upload(tr.stream().exec(), c, hb, tr.batch());
     tr.step();

@@ -6,6 +6,7 @@
 #include "backends/backend.hpp"
 #include "kernels/c51_branch_loss.hpp"
 #include "kernels/c51_head.hpp"
+#include "kernels/fused_norm.hpp"
 #include "kernels/tile_product.hpp"
 
 namespace zs::kernels {
@@ -46,6 +47,7 @@ struct FusedProgram {
   int item_seg0[kFusedMaxItems] = {};  // a product's first segment: its load need not wait for the job's
   DuelingTiles<Exec, DuelingTable<MS>> dueling;
   C51BranchLoss<Exec> c51;
+  FusedNorm<Exec> norm;  // the gradient norm in the last backward phase (FusedOptions::norm_in_backward)
 
   KOKKOS_INLINE_FUNCTION int phases() const { return n_phases; }
   KOKKOS_INLINE_FUNCTION int tiles(int p) const { return phase_tiles[p]; }
@@ -100,6 +102,9 @@ struct FusedProgram {
     }
     // The next tile this team runs may overwrite the scratch this one read.
     team.team_barrier();
+    // The norm's phase is one of products (the gradient's last tiles).
+    if constexpr ((Kinds & kind_bit(FusedTileKind::product)) != 0)
+      if (p == norm.phase) norm.after_tile(team, phase_tiles[p]);
   }
 };
 

@@ -43,6 +43,10 @@ struct ProductJob {
   const float* mask = nullptr;
   std::int64_t mask_ld = 0;
   float* row_sums = nullptr;
+  // When given, each output tile's Σ v² (in double) of every value it stores, its row sums' too,
+  // at squares[tm·tiles_n + tn]: the gradient norm's partial sums from the tiles that write the
+  // gradient (kernels/fused_norm.hpp), instead of a pass of their own over it.
+  double* squares = nullptr;
   int tiles_n = 0;  // column tiles; a job has tiles_m · tiles_n · splits tiles
   int tiles_m = 0;
   // Split-K: each output tile's k chunks (`chunks` of them, over all segments) shared by
@@ -158,13 +162,17 @@ struct TileProduct {
       add_partials(all, job.splits, acc, sums, rsum, tid);
       if (tid == 0) job.counters[tile] = 0;  // for the next launch (a graph replay)
     }
-    epilogue(team, job, acc, m0, n0);
+    double squares = epilogue(team, job, acc, m0, n0);
     if (sums) {
       for (int r = 0; r < kRowSumsPerThread; ++r) {
         const int row = m0 + (kHost ? r : tid);
-        if ((kHost || tid < kM) && row < job.m) job.row_sums[row] = rsum[r];
+        if ((kHost || tid < kM) && row < job.m) {
+          job.row_sums[row] = rsum[r];
+          squares += static_cast<double>(rsum[r]) * rsum[r];
+        }
       }
     }
+    if (job.squares) store_squares(team, scratch, job.squares + tm * job.tiles_n + tn, squares, tid);
   }
 
  private:
@@ -441,6 +449,24 @@ struct TileProduct {
     }
   }
 
+  // The team's Σ of every thread's `mine`, stored to *at: the threads' values meet in the first
+  // stage of scratch (once every warp is past its last chunk), the first warp adds them in a
+  // fixed order. A float's square is exact in double, so only the order of the sums rounds.
+  template <class Member>
+  KOKKOS_INLINE_FUNCTION static void store_squares(const Member& team, float* scratch, double* at, double mine,
+                                                   int tid) {
+    double* const each = reinterpret_cast<double*>(scratch);
+    team.team_barrier();
+    each[tid] = mine;
+    team.team_barrier();
+    if (team.team_rank() == 0) {
+      double total = 0.0;
+      Kokkos::parallel_reduce(
+          Kokkos::ThreadVectorRange(team, kThreads), [&](const int t, double& acc) { acc += each[t]; }, total);
+      Kokkos::single(Kokkos::PerThread(team), [&]() { *at = total; });
+    }
+  }
+
   // Accumulator elements a thread holds.
   static constexpr int kMine = kSlots * kTm * kTn * kAccFloats;
 
@@ -464,10 +490,13 @@ struct TileProduct {
   // Every bias and mask value first, then the stores: a load after a store through a pointer
   // the compiler cannot tell apart from its own waits for it, so loads between the stores would
   // cost a memory latency each, one after another.
+  // Returns Σ v² of what this thread stored when the job counts squares, else 0.
   template <class Member>
-  KOKKOS_INLINE_FUNCTION static void epilogue(const Member& team, const ProductJob& job, const Acc& acc, int m0,
-                                              int n0) {
+  KOKKOS_INLINE_FUNCTION static double epilogue(const Member& team, const ProductJob& job, const Acc& acc, int m0,
+                                                int n0) {
     float add[kMine], keep[kMine];
+    const bool count = job.squares != nullptr;
+    double squares = 0.0;
     int e = 0;
     for_each_element(team, acc, m0, n0, [&](int row, int col, float) {
       const bool in = row < job.m && col < job.n;
@@ -483,7 +512,9 @@ struct TileProduct {
       if (job.relu && v < 0.f) v = 0.f;
       if (keep[at] <= 0.f) v = 0.f;  // a NaN activation keeps its gradient
       job.out[row * job.out_ld + col] = v;
+      if (count) squares += static_cast<double>(v) * v;
     });
+    return squares;
   }
 };
 

@@ -24,6 +24,7 @@ class C51Term final : public LossTerm {
   void enqueue(const ExecSpace& exec, const Gemm& gemm) override;
   // The fused kernel, nullptr when the term runs launch plans.
   const FusedC51* fused() const { return fused_.get(); }
+  FusedC51* fused() { return fused_.get(); }
  private:
   const StepContext& ctx_;
   Gradients g_;

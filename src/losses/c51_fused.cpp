@@ -75,7 +75,9 @@ FusedC51::FusedC51(const StepContext& ctx, Gradients& g, const ParamBuffer& grad
 
   // Backward, the online net on s (the first B rows of its activations). Each phase's input
   // gradient feeds the next; each layer's weight gradient (and its bias's, the row sums of the
-  // same operand) shares the phase of the layer below's input gradient.
+  // same operand) shares the phase of the layer below's input gradient. The weight gradients are
+  // every main-network tensor of `grad`, each written once: the pieces of its norm
+  // (FusedOptions::norm_in_backward).
   const HeadSet set = net.main_heads();
   auto layer_of = [&](int h) { return h == 0 ? set.value0 : set.branch0 + 2 * (h - 1); };
   auto hidden_of = [&](int h) { return h == 0 ? online.value_hidden.data() : online.branch_hidden[h - 1].data(); };
@@ -117,7 +119,7 @@ FusedC51::FusedC51(const StepContext& ctx, Gradients& g, const ParamBuffer& grad
     dw.out = grad.weight(out).data();
     dw.out_ld = H;
     dw.row_sums = grad.bias(out).data();
-    b.product(dw, d_out_segments(h, true, columns_of(hidden_of(h), H), B));
+    b.product(dw, d_out_segments(h, true, columns_of(hidden_of(h), H), B), true);
   }
   b.tiles(kernels::FusedTileKind::c51_finish, 1);
 
@@ -142,7 +144,7 @@ FusedC51::FusedC51(const StepContext& ctx, Gradients& g, const ParamBuffer& grad
       dw.out = grad.weight(layer_of(h)).data();
       dw.out_ld = F;
       dw.row_sums = grad.bias(layer_of(h)).data();
-      b.product(dw, {{columns_of(dz_hidden_of(h), H), columns_of(online.trunk[T - 1].data(), F), B}});
+      b.product(dw, {{columns_of(dz_hidden_of(h), H), columns_of(online.trunk[T - 1].data(), F), B}}, true);
     }
   }
   for (int i = T - 1; i >= 0; --i) {
@@ -165,7 +167,7 @@ FusedC51::FusedC51(const StepContext& ctx, Gradients& g, const ParamBuffer& grad
     dw.out = grad.weight(i).data();
     dw.out_ld = in;
     dw.row_sums = grad.bias(i).data();
-    b.product(dw, {{columns_of(g.d_trunk[i].data(), out), columns_of(x, in), B}});
+    b.product(dw, {{columns_of(g.d_trunk[i].data(), out), columns_of(x, in), B}}, true);
   }
 
   const std::size_t scratch = std::max(

@@ -19,6 +19,7 @@ class FusedC51 {
   FusedC51(const StepContext& ctx, Gradients& g, const ParamBuffer& grad, const FusedOptions& options);
   void enqueue(const ExecSpace& exec) const { kernel_.enqueue(exec); }
   const FusedKernel& kernel() const { return kernel_; }
+  FusedKernel& kernel() { return kernel_; }
 
  private:
   DeviceFloats d_value_parts_;  // [K][B][atoms, padded]: each branch's share of ∂loss/∂value_out

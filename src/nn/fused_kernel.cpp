@@ -149,7 +149,8 @@ void FusedBuilder::tiles(kernels::FusedTileKind kind, int count) {
   items_.push_back({static_cast<int>(kind), 0, 0, count});
 }
 
-void FusedBuilder::product(kernels::ProductJob job, const std::vector<kernels::ProductSegment>& segments) {
+void FusedBuilder::product(kernels::ProductJob job, const std::vector<kernels::ProductSegment>& segments,
+                           bool in_norm) {
   require(job.m >= 1 && job.n >= 1 && job.out != nullptr && !segments.empty(), "FusedBuilder: a product of [",
           job.m, ", ", job.n, "] with ", segments.size(), " segments; expected at least 1 × 1, an output and a segment");
   for (const auto& s : segments) {
@@ -177,6 +178,8 @@ void FusedBuilder::product(kernels::ProductJob job, const std::vector<kernels::P
   segments_.insert(segments_.end(), segments.begin(), segments.end());
   const int count = Product::tiles(job.m, job.n, job.tiles_m, job.tiles_n);
   jobs_.push_back(job);
+  job_phase_.push_back(phases() - 1);
+  in_norm_.push_back(in_norm ? 1 : 0);
   tiles(kernels::FusedTileKind::product, count);
   items_.back().job = static_cast<int>(jobs_.size()) - 1;
 }
@@ -226,6 +229,32 @@ FusedKernel FusedBuilder::build(FusedProgramOnDevice program, std::size_t scratc
       j.counters = k.counters_.data() + c;
       at += static_cast<std::int64_t>(tiles) * j.splits * static_cast<std::int64_t>(shape.partial_floats);
       c += tiles;
+    }
+  }
+  // The norm's partial sums: a slot per output tile of every in_norm job (its last split stores
+  // it), added by the last tile of the last phase that has such a job.
+  program.norm = {};
+  if (options.norm_in_backward) {
+    std::int64_t slots = 0;
+    for (std::size_t i = 0; i < jobs.size(); ++i)
+      if (in_norm_[i]) {
+        slots += static_cast<std::int64_t>(jobs[i].tiles_m) * jobs[i].tiles_n;
+        program.norm.phase = std::max(program.norm.phase, job_phase_[i]);
+      }
+    if (slots > 0) {
+      k.squares_ = Kokkos::View<double*, MemSpace>("zs::fused::norm_squares", static_cast<std::size_t>(slots));
+      k.arrived_ = Kokkos::View<int, MemSpace>("zs::fused::norm_arrived");
+      k.norm_ = Kokkos::View<double, MemSpace>("zs::fused::norm");
+      std::int64_t at = 0;
+      for (std::size_t i = 0; i < jobs.size(); ++i)
+        if (in_norm_[i]) {
+          jobs[i].squares = k.squares_.data() + at;
+          at += static_cast<std::int64_t>(jobs[i].tiles_m) * jobs[i].tiles_n;
+        }
+      program.norm.squares = k.squares_.data();
+      program.norm.slots = static_cast<int>(slots);
+      program.norm.arrived = k.arrived_.data();
+      program.norm.out = k.norm_.data();
     }
   }
   std::vector<kernels::FusedItem> items = items_;
@@ -290,6 +319,15 @@ FusedKernel FusedBuilder::build(FusedProgramOnDevice program, std::size_t scratc
     k.teams_ = std::max(1, std::min(persistent_grid_teams(options.teams_per_sm), widest));
   }
   return k;
+}
+
+void FusedKernel::set_norm_tail(Kokkos::View<double, MemSpace> out, const kernels::FusedNorm<ExecSpace>::Tail& tail) {
+  require(takes_norm(), "FusedKernel::set_norm_tail: the kernel takes no norm (FusedOptions::norm_in_backward "
+          "off, or no product counted in it)");
+  norm_ = out;
+  program_.norm.out = norm_.data();
+  program_.norm.tail = tail;
+  program_.norm.has_tail = 1;
 }
 
 void FusedKernel::enqueue(const ExecSpace& exec) const {

@@ -58,6 +58,13 @@ struct FusedOptions {
   // one launch fewer; loss_threads × loss_lanes teams). false: the head a phase of its own
   // (dueling_threads × dueling_lanes, dueling_rows), then the loss reading it back.
   bool fuse_head_loss = true;
+  // The gradient's norm inside the last backward phase: each weight-gradient tile also stores the
+  // Σ v² of what it wrote, and the phase's last tile to finish adds them, takes the root and runs
+  // the guard's verdict and Adam's prepare (FusedKernel::set_norm_tail; the trainer does so when
+  // C51 is the step's only term, alone on its rank, with posts_beside): one launch fewer (the
+  // norm's, 11.3 µs of kernel time in the H200's B = 256 step, Nsight). Off until the H200 has
+  // measured it (BM_StepFusedNorm).
+  bool norm_in_backward = false;
 };
 
 using FusedProgramOnDevice = kernels::FusedProgram<ExecSpace>;
@@ -85,7 +92,9 @@ class FusedBuilder {
  public:
   void phase();
   // One product job (its m, n, epilogue; seg0/segs/tiles are set here) over `segments`.
-  void product(kernels::ProductJob job, const std::vector<kernels::ProductSegment>& segments);
+  // in_norm: its output is a piece of the gradient whose norm the kernel takes
+  // (FusedOptions::norm_in_backward); no piece may be written by two jobs.
+  void product(kernels::ProductJob job, const std::vector<kernels::ProductSegment>& segments, bool in_norm = false);
   void tiles(kernels::FusedTileKind kind, int count);
   int phases() const { return static_cast<int>(phase_item_.size()); }
   // The kernel of everything added, with `program`'s dueling and C51 parts (tables are set here).
@@ -93,6 +102,8 @@ class FusedBuilder {
 
  private:
   std::vector<kernels::ProductJob> jobs_;
+  std::vector<int> job_phase_;  // each job's phase
+  std::vector<char> in_norm_;   // each job's in_norm
   std::vector<kernels::ProductSegment> segments_;
   std::vector<kernels::FusedItem> items_;
   std::vector<int> phase_item_;  // each phase's first item
@@ -114,6 +125,13 @@ class FusedKernel {
   // Product jobs whose k is split (FusedOptions::split_chunks).
   int split_jobs() const { return split_jobs_; }
   std::size_t scratch_bytes() const { return shape_.scratch_bytes; }
+  // Whether the kernel takes the norm of the gradient its in_norm products write
+  // (FusedOptions::norm_in_backward), and where it puts it: its own scalar until set_norm_tail.
+  bool takes_norm() const { return program_.norm.phase >= 0; }
+  Kokkos::View<const double, MemSpace> norm() const { return norm_; }
+  // The norm into `out` instead, and `tail` run by the same thread once it is written (what the
+  // norms' launch would run after it). Requires takes_norm().
+  void set_norm_tail(Kokkos::View<double, MemSpace> out, const kernels::FusedNorm<ExecSpace>::Tail& tail);
   // The dueling head's and the loss's own kernels' teams (kernel_per_kind); the loss's is also
   // that of the head and loss fused (FusedOptions::fuse_head_loss).
   const PhasedShape& dueling_shape() const { return dueling_shape_; }
@@ -133,6 +151,9 @@ class FusedKernel {
   GridBarrierState barrier_;
   DeviceFloats partials_;                  // split-K partial sums
   Kokkos::View<int*, MemSpace> counters_;  // split-K arrivals, one per split output tile
+  Kokkos::View<double*, MemSpace> squares_;  // the norm's partial sums, one per counted output tile
+  Kokkos::View<int, MemSpace> arrived_;      // tiles of the norm's phase done
+  Kokkos::View<double, MemSpace> norm_;      // where the norm goes (set_norm_tail: the caller's)
 };
 
 }  // namespace zs

@@ -56,6 +56,10 @@ Trainer::Trainer(const Config& config, const TrainerOptions& options)
   const auto auxiliaries = enabled_terms(config_);
   require(auxiliaries.size() + 1 <= static_cast<std::size_t>(kernels::kMaxTerms), "Trainer: ", auxiliaries.size() + 1,
           " loss terms; expected at most ", kernels::kMaxTerms);
+  // The fused kernel takes the norm only where the norms' launch would have nothing else to do:
+  // one term, no all-reduce between the loss and the norm, the posts beside the update.
+  const bool reduces = (options_.group && options_.group->size() > 1) || options_.always_reduce;
+  if (!auxiliaries.empty() || reduces || !posts_beside()) options_.fused.norm_in_backward = false;
   terms_.push_back(std::make_unique<C51Term>(ctx_, c51_budget(config_)));
   for (const auto& spec : auxiliaries) {
     terms_.push_back(spec.make(ctx_, spec.budget(config_)));
@@ -69,6 +73,14 @@ Trainer::Trainer(const Config& config, const TrainerOptions& options)
     spectral_ = std::make_unique<SpectralNorm>(layout_, config_.spectral_norm, config_.seed ^ 0x5eed5eedull);
   if ((options_.group && options_.group->size() > 1) || options_.always_reduce)
     comm_ = make_communicator(options_.group ? *options_.group : ProcessGroup::solo(), stream_);
+  if (auto* c51 = dynamic_cast<C51Term*>(terms_.front().get()); c51 && c51->fused() && c51->fused()->kernel().takes_norm()) {
+    const LossTerm& t = *c51;
+    c51->fused()->kernel().set_norm_tail(
+        t.norm(), {guard_.verdict_kernel(t.loss(), t.norm(), optimizer_.lr()),
+                   optimizer_.prepare_kernel(guard_.skip_flag(), DeviceScalar<const double>(t.norm()),
+                                             t.budget() * config_.max_grad_norm)});
+    norm_in_step_ = true;
+  }
   if (!fused_)  // fused, the C51 term's kernel runs the forward
     forward_plan_ = std::make_unique<ForwardPlan>(
         net_, std::vector<ForwardPass>{{&online_, batch_.states(), &acts_online_, 0},
@@ -158,6 +170,7 @@ void Trainer::enqueue_phase(Phase phase) {
       if (comm_) comm_->enqueue_mean(stream_, buffers_.all());
       break;
     case Phase::norm_and_guard: {
+      if (norm_in_step_) break;  // the fused kernel's last backward phase ran all of it
       // The guard judges C51's loss and raw gradient norm; every other term's norm only sets its
       // own clip (a non-finite one adds nothing) and is reported in term_metrics(). All the norms
       // come from one launch, whose last thread then runs the guard's check and Adam's prepare

@@ -143,6 +143,10 @@ class Trainer {
   const std::string& fused_off_reason() const { return fused_off_reason_; }
   // That kernel (its launches, phases and teams), nullptr when the step runs launch plans.
   const FusedKernel* fused_kernel() const;
+  // Whether that kernel takes the gradient's norm and runs the guard and Adam's prepare itself
+  // (FusedOptions::norm_in_backward, taken when C51 is the only term, alone on its rank, with
+  // posts_beside): the step then has no norms' launch.
+  bool norm_in_step() const { return norm_in_step_; }
 
   // This process's place in the run: rank r of ranks() (0 of 1 alone).
   int rank() const { return comm_ ? comm_->rank() : 0; }
@@ -250,6 +254,7 @@ class Trainer {
   std::unique_ptr<Communicator> comm_;
   std::unique_ptr<Graph> graph_, graph_with_;
   std::int64_t steps_ = 0;
+  bool norm_in_step_ = false;
 };
 
 }  // namespace zs
