@@ -11,7 +11,8 @@
 
 namespace {
 
-// Args: env (0 cartpole, 1 market), envs, train (1: an update every iteration; 0: acting only).
+// Args: env (0 cartpole, 1 market), envs, train (1: an update every iteration; 0: acting only),
+// fact (1: the actors on the fused forward, LoopOptions::fused_acting; 0: the launch plans).
 void BM_TrainIteration(benchmark::State& state) {
   const bool market = state.range(0) == 1;
   zs::TrainConfig c = zs::TrainConfig::defaults_for(market ? "market" : "cartpole");
@@ -21,7 +22,13 @@ void BM_TrainIteration(benchmark::State& state) {
   c.eval_every = 0;
   c.stop_when_solved = false;
   c.steps = std::int64_t{1} << 50;  // the config accepts at most 2^50
-  zs::TrainLoop loop(c);
+  zs::LoopOptions options;
+  options.fused_acting = state.range(3) != 0;
+  zs::TrainLoop loop(c, nullptr, options);
+  if (options.fused_acting && !loop.actor().fused()) {
+    state.SkipWithError(("the fused forward is off: " + loop.actor().fused_off_reason()).c_str());
+    return;
+  }
   // Enough transitions that a batch draws from a filled buffer.
   while (loop.env_steps() < 4 * c.batch_size) loop.iterate();
   zs::bench::time_on_stream(state, loop.trainer().stream(), [&] { loop.iterate(); }, 20);
@@ -31,13 +38,17 @@ void BM_TrainIteration(benchmark::State& state) {
   state.SetLabel(market ? "market" : "cartpole");
 }
 BENCHMARK(BM_TrainIteration)
-    ->ArgNames({"market", "envs", "train"})
-    ->Args({0, 8, 1})
-    ->Args({0, 8, 0})
-    ->Args({0, 256, 1})
-    ->Args({1, 64, 1})
-    ->Args({1, 64, 0})
-    ->Args({1, 4096, 1})
+    ->ArgNames({"market", "envs", "train", "fact"})
+    ->Args({0, 8, 1, 0})
+    ->Args({0, 8, 0, 0})
+    ->Args({0, 256, 1, 0})
+    ->Args({1, 64, 1, 0})
+    ->Args({1, 64, 0, 0})
+    ->Args({1, 4096, 1, 0})
+    ->Args({0, 8, 1, 1})
+    ->Args({0, 8, 0, 1})
+    ->Args({0, 256, 1, 1})
+    ->Args({1, 64, 1, 1})
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 

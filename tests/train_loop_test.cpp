@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "backends/stream.hpp"
+#include "backends/warp_tile.hpp"
 #include "kernels/loop_schedules.hpp"
 #include "test_util.hpp"
 #include "core/safetensors.hpp"
@@ -224,6 +225,51 @@ TEST(TrainLoop, CheckpointWithAbsurdCountersIsRefused) {
     EXPECT_EQ(b.iterations(), 0);
   }
   std::filesystem::remove(path);
+}
+
+// LoopOptions::fused_acting: the actors' forward is the fused kernel (up to
+// fused_acting_max_rows environments), the first acting Q is the launch plans' to rounding, and
+// the loop trains on it.
+TEST(TrainLoop, FusedActingActsLikeThePlansAndTrains) {
+  const auto seed = fresh_seed();
+  SCOPED_TRACE(testing::Message() << "seed " << seed);
+  const zs::TrainConfig c = small_cartpole(seed);
+  zs::LoopOptions fused;
+  fused.fused_acting = true;
+  zs::TrainLoop with(c, nullptr, fused), without(c);
+  ASSERT_TRUE(with.actor().fused()) << with.actor().fused_off_reason();
+  EXPECT_TRUE(with.eval_actor().fused()) << with.eval_actor().fused_off_reason();
+  EXPECT_FALSE(without.actor().fused());
+  with.iterate();
+  without.iterate();
+  with.synchronize();
+  without.synchronize();
+  const auto qf = zs::test::to_host(with.actor().q()), qp = zs::test::to_host(without.actor().q());
+  ASSERT_EQ(qf.size(), qp.size());
+  const bool tf32 = zs::WarpTile<zs::ExecSpace>::kRoundsToTf32;
+  double worst = 0, largest = 0;
+  for (std::size_t i = 0; i < qp.size(); ++i) {
+    worst = std::max(worst, std::abs(double(qf[i]) - qp[i]));
+    largest = std::max(largest, std::abs(double(qp[i])));
+  }
+  EXPECT_GT(largest, 0.0);
+  EXPECT_LT(worst, (tf32 ? 3e-3 : 1e-5) * std::max(1.0, largest));
+  const auto before = flat_params(with.trainer());
+  while (with.updates() < 50) with.iterate();
+  with.enqueue_eval();
+  with.synchronize();
+  EXPECT_NE(flat_params(with.trainer()), before);
+  const auto e = with.poll_eval();
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(e->episodes, c.eval_episodes);
+  const auto m = with.trainer().metrics();
+  ASSERT_TRUE(m.has_value());
+  EXPECT_FALSE(m->halt_nan);
+  // More environments than fused_acting_max_rows: the plans.
+  fused.fused_acting_max_rows = c.envs - 1;
+  zs::TrainLoop over(c, nullptr, fused);
+  EXPECT_FALSE(over.actor().fused());
+  EXPECT_FALSE(over.eval_actor().fused());  // its 8 evaluation episodes are over the limit too
 }
 
 TEST(TrainLoop, ShortCartpoleRunClearlyImprovesTheGreedyReturn) {

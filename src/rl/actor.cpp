@@ -7,7 +7,8 @@
 
 namespace zs {
 
-Actor::Actor(const Config& config, const ParamLayout& layout, Stream& stream, int rows, kernels::ActingRng rng)
+Actor::Actor(const Config& config, const ParamLayout& layout, Stream& stream, int rows, kernels::ActingRng rng,
+             const FusedOptions* fused)
     : config_(config),
       stream_(stream),
       gemm_(stream, config.precision),
@@ -19,6 +20,7 @@ Actor::Actor(const Config& config, const ParamLayout& layout, Stream& stream, in
       actions_("zs::actor::actions", rows, config.branches.size()),
       counter_("zs::actor::counter") {
   require(rows >= 1, "Actor: rows = ", rows, "; expected at least 1 observation per call");
+  if (fused && fused_supports(config_, *fused, &fused_off_reason_)) fused_ = *fused;
 }
 
 void Actor::act(const ParamBuffer& params, const ConstMatrixView& obs, Kokkos::View<const float, MemSpace> epsilon) {
@@ -27,9 +29,17 @@ void Actor::act(const ParamBuffer& params, const ConstMatrixView& obs, Kokkos::V
           "Actor::act: observations are [", obs.extent(0), ", ", obs.extent(1), "]; expected [", rows_, ", ",
           config_.state_dim, "]");
   const auto& exec = stream_.exec();
-  if (planned_for_.changed({&params, obs.data()}))
-    forward_ = std::make_unique<ForwardPlan>(net_, std::vector<ForwardPass>{{&params, obs, &acts_, 0}});
-  forward_->enqueue(exec, gemm_);
+  if (planned_for_.changed({&params, obs.data()})) {
+    const std::vector<ForwardPass> passes{{&params, obs, &acts_, 0}};
+    if (fused_)
+      fused_forward_ = std::make_unique<FusedForward>(net_, passes, *fused_);
+    else
+      forward_ = std::make_unique<ForwardPlan>(net_, passes);
+  }
+  if (fused_)
+    fused_forward_->enqueue(exec);
+  else
+    forward_->enqueue(exec, gemm_);
   kernels::q_from_log_probs<ExecSpace>(exec, acts_.logp, config_.v_min, config_.v_max, q_);
   kernels::epsilon_greedy<ExecSpace>(exec, q_, config_.branches, epsilon, counter_, rng_, actions_);
 }

@@ -1,14 +1,19 @@
 // Acting on the device: the network's forward pass on a batch of observations (the step's
 // batched ForwardPlan, made for the parameters at the first act()), Q from the C51 head, then
 // ε-greedy per branch (ε read from device memory, counter-based RNG), into an actions buffer the
-// environments read. No host involvement: a graph can record act().
+// environments read. No host involvement: a graph can record act(). With fused options the
+// forward is the fused step's instead (nn/fused_forward.hpp: a launch per layer of tiles, the
+// dueling head in the same kernel family), where the config is one it runs.
 #pragma once
 #include <cstdint>
 
 #include <memory>
+#include <optional>
+#include <string>
 
 #include "backends/gemm.hpp"
 #include "kernels/acting.hpp"
+#include "nn/fused_forward.hpp"
 #include "nn/network.hpp"
 #include "nn/network_plan.hpp"
 
@@ -20,13 +25,18 @@ class Actor {
   using QValues = Kokkos::View<float**, Kokkos::LayoutRight, MemSpace>;
 
   // `rows` observations per call; `rng` keeps this actor's draws apart from other users of the seed.
-  Actor(const Config& config, const ParamLayout& layout, Stream& stream, int rows, kernels::ActingRng rng);
+  // `fused`: the forward as a fused kernel with these options where fused_supports(config) (else
+  // the launch plans, and fused_off_reason() says why); nullptr: the launch plans.
+  Actor(const Config& config, const ParamLayout& layout, Stream& stream, int rows, kernels::ActingRng rng,
+        const FusedOptions* fused = nullptr);
 
   // Enqueues: Q(params, obs) and actions ← ε-greedy(Q). obs is [rows, state_dim]. The forward
   // plan is made at the first call (outside any capture) and again only for other buffers.
   void act(const ParamBuffer& params, const ConstMatrixView& obs, Kokkos::View<const float, MemSpace> epsilon);
 
   int rows() const { return rows_; }
+  bool fused() const { return fused_.has_value(); }
+  const std::string& fused_off_reason() const { return fused_off_reason_; }
   const Actions& actions() const { return actions_; }
   const QValues& q() const { return q_; }  // of the last act(): [rows, total actions]
   // The RNG's call counter: part of a run's state (checkpoints).
@@ -44,6 +54,9 @@ class Actor {
   Actions actions_;
   Kokkos::View<std::uint64_t, MemSpace> counter_;
   std::unique_ptr<ForwardPlan> forward_;
+  std::optional<FusedOptions> fused_;  // set when the forward is fused
+  std::string fused_off_reason_;
+  std::unique_ptr<FusedForward> fused_forward_;
   PlanKey planned_for_;
 };
 

@@ -73,7 +73,7 @@ nlohmann::json without_steps(const TrainConfig& c) {
 
 }  // namespace
 
-TrainLoop::TrainLoop(const TrainConfig& config, ProcessGroup* group)
+TrainLoop::TrainLoop(const TrainConfig& config, ProcessGroup* group, const LoopOptions& options)
     : config_((config.validate(), config)),
       group_(group ? group : &ProcessGroup::solo()),
       report_box_("zs::loop::report"),
@@ -85,11 +85,15 @@ TrainLoop::TrainLoop(const TrainConfig& config, ProcessGroup* group)
   trainer_ = std::make_unique<Trainer>(net, trainer_options(config_, group_));
   replay_ = std::make_unique<Replay>(replay_config(config_, seed), config_.envs, env_->obs_dim(),
                                      static_cast<int>(env_->branches().size()));
+  const FusedOptions fused{};
+  auto fused_for = [&](int rows) {
+    return options.fused_acting && rows <= options.fused_acting_max_rows ? &fused : nullptr;
+  };
   actor_ = std::make_unique<Actor>(net, trainer_->layout(), trainer_->stream(), config_.envs,
-                                   kernels::ActingRng{seed, 1});
+                                   kernels::ActingRng{seed, 1}, fused_for(config_.envs));
   if (group_->size() > 1) replica_ = std::make_unique<ReplicaCheck>(*trainer_, *group_, kReplicaCheckEvery);
   eval_actor_ = std::make_unique<Actor>(net, trainer_->layout(), trainer_->stream(), config_.eval_episodes,
-                                        kernels::ActingRng{config_.seed, 2});
+                                        kernels::ActingRng{config_.seed, 2}, fused_for(config_.eval_episodes));
   eval_params_ = std::make_unique<ParamBuffer>(trainer_->layout(), "zs::eval_params");
   acted_obs_ = decltype(acted_obs_)("zs::loop::acted_obs", config_.envs, env_->obs_dim());
   counters_ = decltype(counters_)("zs::loop::counters", 1);

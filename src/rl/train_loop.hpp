@@ -46,12 +46,21 @@ struct EvalResult {
 // step's gradients over the ranks, so the parameters stay identical; the counts in the config
 // (envs, steps, batch, …) are per rank. Evaluation is the caller's choice (zerosync train: rank 0
 // alone); checkpoints hold every rank's loop state in one file that rank 0 writes.
+// How the loop runs, beside what it trains (TrainConfig).
+struct LoopOptions {
+  // The actors' forward (acting and evaluation) as the fused step's kernel (Actor's fused
+  // options) for up to fused_acting_max_rows environments, where the network is one it runs.
+  // Off until the H200 has measured it against the launch plans (BM_TrainIteration's fact).
+  bool fused_acting = false;
+  int fused_acting_max_rows = kFusedMaxBatch;
+};
+
 class TrainLoop {
  public:
   // Training steps between two parameter fingerprints of a run of several ranks (ReplicaCheck).
   static constexpr std::int64_t kReplicaCheckEvery = 100;
 
-  explicit TrainLoop(const TrainConfig& config, ProcessGroup* group = nullptr);
+  explicit TrainLoop(const TrainConfig& config, ProcessGroup* group = nullptr, const LoopOptions& options = {});
   ~TrainLoop();
   TrainLoop(const TrainLoop&) = delete;
   TrainLoop& operator=(const TrainLoop&) = delete;
@@ -60,6 +69,8 @@ class TrainLoop {
   Trainer& trainer() { return *trainer_; }
   VecEnv& env() { return *env_; }
   Replay& replay() { return *replay_; }
+  const Actor& actor() const { return *actor_; }
+  const Actor& eval_actor() const { return *eval_actor_; }
   ProcessGroup& group() { return *group_; }
   // The parameter check of a run of several ranks; nullptr alone.
   ReplicaCheck* replica_check() { return replica_.get(); }
