@@ -116,21 +116,28 @@ BENCHMARK(BM_StepFusedSmallTeams)
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 
-// The fused step (a launch per phase) with the dueling head inside the loss's phase (fuse 1:
-// FusedOptions::fuse_head_loss) or as a phase of its own (0, on 16 × 8 teams), the loss's teams
-// of threads × lanes. Args: fuse, loss threads and lanes, batch (trunk 256, heads 128, or with
+// The fused step (a launch per phase) with one FusedOptions switch set by `on` from arg 0, the
+// loss's teams of arg 1 threads × arg 2 lanes, at batch arg 3 (trunk 256, heads 128, or with
 // B = 4096 trunk 512, heads 256).
-void BM_StepFusedHeadLoss(benchmark::State& state) {
+void time_fused_switch(benchmark::State& state, void (*set)(zs::FusedOptions&, bool on)) {
   const int B = static_cast<int>(state.range(3));
   const zs::Config c = B >= 4096 ? bench_config(512, 256) : bench_config(256, 128);
   zs::TrainerOptions opt;
   opt.fused_step = true;
   opt.fused_max_batch = 1 << 30;
-  opt.fused.fuse_head_loss = state.range(0) != 0;
+  set(opt.fused, state.range(0) != 0);
   opt.fused.loss_threads = static_cast<int>(state.range(1));
   opt.fused.loss_lanes = static_cast<int>(state.range(2));
   opt.batch_size = B;
   time_fused_steps(state, c, opt);
+}
+
+// The fused step (a launch per phase) with the dueling head inside the loss's phase (fuse 1:
+// FusedOptions::fuse_head_loss) or as a phase of its own (0, on 16 × 8 teams), the loss's teams
+// of threads × lanes. Args: fuse, loss threads and lanes, batch (trunk 256, heads 128, or with
+// B = 4096 trunk 512, heads 256).
+void BM_StepFusedHeadLoss(benchmark::State& state) {
+  time_fused_switch(state, [](zs::FusedOptions& o, bool on) { o.fuse_head_loss = on; });
 }
 BENCHMARK(BM_StepFusedHeadLoss)
     ->ArgNames({"fuse", "lthreads", "llanes", "B"})
@@ -158,16 +165,7 @@ BENCHMARK(BM_StepFusedHeadLoss)
 // their own (0), the loss's teams of threads × lanes. Args: norm, loss threads and lanes, batch
 // (trunk 256, heads 128, or with B = 4096 trunk 512, heads 256).
 void BM_StepFusedNorm(benchmark::State& state) {
-  const int B = static_cast<int>(state.range(3));
-  const zs::Config c = B >= 4096 ? bench_config(512, 256) : bench_config(256, 128);
-  zs::TrainerOptions opt;
-  opt.fused_step = true;
-  opt.fused_max_batch = 1 << 30;
-  opt.fused.norm_in_backward = state.range(0) != 0;
-  opt.fused.loss_threads = static_cast<int>(state.range(1));
-  opt.fused.loss_lanes = static_cast<int>(state.range(2));
-  opt.batch_size = B;
-  time_fused_steps(state, c, opt);
+  time_fused_switch(state, [](zs::FusedOptions& o, bool on) { o.norm_in_backward = on; });
 }
 BENCHMARK(BM_StepFusedNorm)
     ->ArgNames({"norm", "lthreads", "llanes", "B"})

@@ -126,9 +126,8 @@ class FusedKernel {
   int split_jobs() const { return split_jobs_; }
   std::size_t scratch_bytes() const { return shape_.scratch_bytes; }
   // Whether the kernel takes the norm of the gradient its in_norm products write
-  // (FusedOptions::norm_in_backward), and where it puts it: its own scalar until set_norm_tail.
+  // (FusedOptions::norm_in_backward); into a scalar of its own until set_norm_tail.
   bool takes_norm() const { return program_.norm.phase >= 0; }
-  Kokkos::View<const double, MemSpace> norm() const { return norm_; }
   // The norm into `out` instead, and `tail` run by the same thread once it is written (what the
   // norms' launch would run after it). Requires takes_norm().
   void set_norm_tail(Kokkos::View<double, MemSpace> out, const kernels::FusedNorm<ExecSpace>::Tail& tail);

@@ -41,11 +41,6 @@ struct EvalResult {
   double episodes = 0, mean = 0, min = 0, max = 0;
 };
 
-// With a ProcessGroup of several ranks (mpirun), each rank runs this loop on its own
-// environments and replay (seeds offset by the rank: seed + rank), and the trainer averages every
-// step's gradients over the ranks, so the parameters stay identical; the counts in the config
-// (envs, steps, batch, …) are per rank. Evaluation is the caller's choice (zerosync train: rank 0
-// alone); checkpoints hold every rank's loop state in one file that rank 0 writes.
 // How the loop runs, beside what it trains (TrainConfig).
 struct LoopOptions {
   // The actors' forward (acting and evaluation) as the fused step's kernel (Actor's fused
@@ -55,6 +50,11 @@ struct LoopOptions {
   int fused_acting_max_rows = kFusedMaxBatch;
 };
 
+// With a ProcessGroup of several ranks (mpirun), each rank runs this loop on its own
+// environments and replay (seeds offset by the rank: seed + rank), and the trainer averages every
+// step's gradients over the ranks, so the parameters stay identical; the counts in the config
+// (envs, steps, batch, …) are per rank. Evaluation is the caller's choice (zerosync train: rank 0
+// alone); checkpoints hold every rank's loop state in one file that rank 0 writes.
 class TrainLoop {
  public:
   // Training steps between two parameter fingerprints of a run of several ranks (ReplicaCheck).
