@@ -175,6 +175,29 @@ BENCHMARK(BM_StepFusedNorm)
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 
+// The fused step (a launch per phase) with its products' tiles of 32 × cols in `stages` stages
+// (FusedOptions::tile_stages): how much of a tile's chain is its chunks waiting on their copies.
+// Args: stages, cols, batch (trunk 256, heads 128, or with B = 4096 trunk 512, heads 256).
+void BM_StepFusedStages(benchmark::State& state) {
+  const int B = static_cast<int>(state.range(2));
+  const zs::Config c = B >= 4096 ? bench_config(512, 256) : bench_config(256, 128);
+  zs::TrainerOptions opt;
+  opt.fused_step = true;
+  opt.fused_max_batch = 1 << 30;
+  opt.fused.tile_rows = 32;
+  opt.fused.tile_stages = static_cast<int>(state.range(0));
+  opt.fused.tile_cols = static_cast<int>(state.range(1));
+  opt.batch_size = B;
+  time_fused_steps(state, c, opt);
+}
+BENCHMARK(BM_StepFusedStages)
+    ->ArgNames({"stages", "cols", "B"})
+    ->ArgsProduct({{3, 4}, {32, 16}, {64, 256, 1024}})
+    ->Args({3, 32, 4096})
+    ->Args({4, 32, 4096})
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
+
 // The launch plans' graph-replayed step with the side lane (1, the default) and without (0): what
 // running the weight gradients beside the input gradients buys. Args: side, batch, trunk width, head width,
 // auxiliaries (7: IQN, ensemble and CQL on; 0: plain).

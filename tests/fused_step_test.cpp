@@ -203,23 +203,29 @@ TEST(FusedC51, OneStepMatchesTheLaunchPlans) {
   const auto seed = zs::test::fresh_seed();
   SCOPED_TRACE(testing::Message() << "seed " << seed);
   const int B = 37;
-  // Split-K (32 × 32 tiles), and unsplit with every tile shape; the dueling head inside the
-  // loss's phase (the default) and as a phase of its own.
+  // Split-K (32 × 32 tiles), and unsplit with every tile shape (32 × 32 in 4 stages too); the
+  // dueling head inside the loss's phase (the default) and as a phase of its own.
   struct Variant {
     int split_chunks, tile_rows, tile_cols;
     bool fuse_head_loss;
+    int tile_stages = 3;
   };
-  for (const Variant& v :
-       std::vector<Variant>{{1, 32, 32, true}, {0, 64, 32, true}, {0, 32, 32, true}, {0, 32, 16, true}, {0, 32, 32, false}})
+  for (const Variant& v : std::vector<Variant>{{1, 32, 32, true},
+                                               {0, 64, 32, true},
+                                               {0, 32, 32, true},
+                                               {0, 32, 16, true},
+                                               {0, 32, 32, false},
+                                               {0, 32, 32, true, 4}})
   for (const auto& j : {small_net(seed), odd_net(seed)}) {
     const int split_chunks = v.split_chunks, tile_rows = v.tile_rows;
     SCOPED_TRACE(testing::Message() << "split_chunks " << split_chunks << ", tiles " << tile_rows << " × "
-                                    << v.tile_cols << ", head and loss " << (v.fuse_head_loss ? "fused" : "apart")
+                                    << v.tile_cols << " in " << v.tile_stages << " stages, head and loss " << (v.fuse_head_loss ? "fused" : "apart")
                                     << ", " << j.dump());
     const auto c = zs::Config::from_json(j);
     auto fo = fused_options(B, zs::PhasedMode::persistent, split_chunks);
     fo.fused.tile_rows = tile_rows;
     fo.fused.tile_cols = v.tile_cols;
+    fo.fused.tile_stages = v.tile_stages;
     fo.fused.fuse_head_loss = v.fuse_head_loss;
     zs::Trainer fused(c, fo), plans(c, plan_options(B));
     // The plans in FP32: on TF32 backends the yardstick of how far TF32 alone moves a gradient.
@@ -229,6 +235,7 @@ TEST(FusedC51, OneStepMatchesTheLaunchPlans) {
     ASSERT_TRUE(fused.fused()) << fused.fused_off_reason();
     EXPECT_EQ(fused.fused_kernel()->tile_rows(), tile_rows);
     EXPECT_EQ(fused.fused_kernel()->tile_cols(), v.tile_cols);
+    EXPECT_EQ(fused.fused_kernel()->tile_stages(), v.tile_stages);
     // B = 37 rows are two chunks: every weight gradient splits, or none does.
     if (split_chunks == 0) {
       EXPECT_EQ(fused.fused_kernel()->split_jobs(), 0);
@@ -439,6 +446,16 @@ TEST(FusedC51, GraphReplayEqualsDirectLaunchAndTheLaunchModesAgree) {
       g.step();
       l.step();
     });
+    // Four stages change when a tile's copies land, not what it adds in which order: the same bits
+    // as three.
+    auto four = fused_options(16, zs::PhasedMode::launches);
+    four.fused.tile_stages = 4;
+    zs::Trainer graph4(c, fused_options(16)), staged(c, four);
+    zs::test::step_on_same_batches(graph4, staged, 6, seed + 100, [](zs::Trainer& g, zs::Trainer& l) {
+      g.step();
+      l.step();
+    });
+    EXPECT_EQ(staged.fused_kernel()->tile_stages(), 4);
     // The other tile shapes (the default is 32 × 32): persistent and a launch per phase agree.
     // (Across shapes only the bias gradients' row sums differ, summed by more or fewer threads of a
     // tile on CUDA.)
@@ -456,7 +473,7 @@ TEST(FusedC51, GraphReplayEqualsDirectLaunchAndTheLaunchModesAgree) {
       EXPECT_TRUE(zs::test::same_bits(host_copy(gp.optimizer().v().flat()), host_copy(gl.optimizer().v().flat())));
     }
     EXPECT_TRUE(graph.graph_recorded());
-    for (const zs::Trainer* other : {&direct, &graph2, &launches, &graph3, &one_kernel}) {
+    for (const zs::Trainer* other : {&direct, &graph2, &launches, &graph3, &one_kernel, &staged}) {
       EXPECT_TRUE(zs::test::same_bits(host_copy(graph.online().flat()), host_copy(other->online().flat())));
       EXPECT_TRUE(zs::test::same_bits(host_copy(graph.target().flat()), host_copy(other->target().flat())));
       EXPECT_TRUE(zs::test::same_bits(host_copy(graph.optimizer().v().flat()), host_copy(other->optimizer().v().flat())));
@@ -689,9 +706,15 @@ TEST(FusedC51, ConfigsOutOfItsReachRunTheLaunchPlansAndSayWhy) {
   zs::FusedOptions odd_tiles;
   odd_tiles.tile_rows = 16;
   EXPECT_FALSE(zs::fused_supports(zs::Config::from_json(small_net(1)), odd_tiles, &why));
-  EXPECT_NE(why.find("tiles of 16 × 32 (tile_rows × tile_cols); expected 64 × 32, 32 × 32 or 32 × 16"),
+  EXPECT_NE(why.find("tiles of 16 × 32 in 3 stages (tile_rows × tile_cols, tile_stages); expected 64 × 32, 32 × 32 "
+                     "or 32 × 16 in 3 stages, or 32 × 32 or 32 × 16 in 4"),
             std::string::npos)
       << why;
+  zs::FusedOptions deep_tiles;
+  deep_tiles.tile_rows = 64;
+  deep_tiles.tile_stages = 4;  // 56 KiB of scratch: past the budget
+  EXPECT_FALSE(zs::fused_supports(zs::Config::from_json(small_net(1)), deep_tiles, &why));
+  EXPECT_NE(why.find("tiles of 64 × 32 in 4 stages"), std::string::npos) << why;
   // The dueling head's and the loss's own teams: lanes a power of two up to 32, at most 1,024
   // threads in all, refused on every backend (the host, which runs them 1 × 1, too).
   for (const auto& [threads, lanes] : std::vector<std::pair<int, int>>{{0, 32}, {4, 3}, {4, 64}, {64, 32}}) {

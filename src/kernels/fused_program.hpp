@@ -36,7 +36,8 @@ struct FusedProgram {
   Kokkos::View<const ProductJob*, MS> jobs;
   Kokkos::View<const ProductSegment*, MS> segments;
   int n_phases = 0;
-  int tile_rows = 64, tile_cols = 32;  // the products' TileProduct shape (FusedOptions::tile_rows, tile_cols)
+  // The products' TileProduct shape and stages (FusedOptions::tile_rows, tile_cols, tile_stages).
+  int tile_rows = 64, tile_cols = 32, tile_stages = 3;
   int phase_item[kFusedMaxPhases + 1] = {};  // phase p's items: [phase_item[p], phase_item[p + 1])
   int phase_tiles[kFusedMaxPhases] = {};
   int phase_kinds[kFusedMaxPhases] = {};  // the kinds of tile phase p holds (kind_bit()s)
@@ -58,16 +59,18 @@ struct FusedProgram {
     if (tile_rows == 64)
       tile_of<kAllKinds, 64, 32>(team, p, t, scratch);
     else if (tile_cols == 32)
-      tile_of<kAllKinds, 32, 32>(team, p, t, scratch);
+      tile_stages == 4 ? tile_of<kAllKinds, 32, 32, 4>(team, p, t, scratch)
+                       : tile_of<kAllKinds, 32, 32>(team, p, t, scratch);
     else
-      tile_of<kAllKinds, 32, 16>(team, p, t, scratch);
+      tile_stages == 4 ? tile_of<kAllKinds, 32, 16, 4>(team, p, t, scratch)
+                       : tile_of<kAllKinds, 32, 16>(team, p, t, scratch);
   }
 
   // tile() compiled for the tile kinds in `Kinds` only (a mask of kind_bit()s; the phase holds no
-  // other) and products of Rows × Cols tiles (tile_rows, tile_cols): a kernel of only the dueling head or only
-  // the loss then takes the registers that its own code needs, not the most any kind needs, and
-  // fits more teams on a multiprocessor.
-  template <int Kinds, int Rows, int Cols>
+  // other) and products of Rows × Cols tiles in Stages stages (tile_rows, tile_cols, tile_stages): a
+  // kernel of only the dueling head or only the loss then takes the registers that its own code
+  // needs, not the most any kind needs, and fits more teams on a multiprocessor.
+  template <int Kinds, int Rows, int Cols, int Stages = 3>
   KOKKOS_INLINE_FUNCTION void tile_of(const Member& team, int p, int t, void* scratch) const {
     int it = phase_item[p];
     while (it + 1 < phase_item[p + 1] && item_tile0[it + 1] <= t) ++it;
@@ -79,7 +82,7 @@ struct FusedProgram {
           // The splits of one output tile are neighbours: they run at about the same time, so the
           // last one finds the others' partials still in L2.
           const int per_row = job.tiles_n * job.splits, rest = local % per_row;
-          TileProduct<Exec, Rows, Cols>::run(team, static_cast<float*>(scratch), job,
+          TileProduct<Exec, Rows, Cols, Stages>::run(team, static_cast<float*>(scratch), job,
                                              segments.data() + item_seg0[it], local / per_row, rest / job.splits,
                                              rest % job.splits);
         }

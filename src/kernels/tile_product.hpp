@@ -67,10 +67,15 @@ struct ProductJob {
 // loaded once feeds two products); 32 × 32 gives it 1 × 2, half the chain a chunk and half the
 // registers, and twice the tiles: what a product of few tiles needs to fill the GPU; 32 × 16 one
 // WarpTile a warp, half that again.
-template <class Exec, int Rows = 64, int Cols = 32>
+//
+// Stages: chunks in scratch at once, so Stages − 1 of them are on their way while the tensor
+// cores work on one. A tile's chunks are a chain, each waiting for its copy from L2: with more
+// of them in flight a chunk waits for a fraction of the copy's latency.
+template <class Exec, int Rows = 64, int Cols = 32, int Stages = 3>
 struct TileProduct {
   static_assert((Rows == 64 && Cols == 32) || (Rows == 32 && (Cols == 32 || Cols == 16)),
                 "a tile of 64 × 32, 32 × 32 or 32 × 16");
+  static_assert(Stages >= 2 && Stages <= 8, "2 to 8 stages");
   using Tile = WarpTile<Exec>;
   static constexpr bool kHost = Tile::kVectorLength == 1;
   static constexpr int kM = Rows, kN = Cols, kK = 32;  // C's tile and the k chunk staged at once
@@ -89,7 +94,7 @@ struct TileProduct {
   static constexpr int kAFloats = kM * kRowLd > kK * kAkLd ? kM * kRowLd : kK * kAkLd;
   static constexpr int kBFloats = kN * kRowLd > kK * kBkLd ? kN * kRowLd : kK * kBkLd;
   static constexpr int kStageFloats = kAFloats + kBFloats;
-  static constexpr int kStages = 3;  // chunks in scratch at once: 42 KiB at 64 rows (kScratchBytes)
+  static constexpr int kStages = Stages;  // 3 stages: 42 KiB at 64 rows, 30 KiB at 32 × 32 (kScratchBytes)
   static constexpr int kRowSumsPerThread = kHost ? kM : 1;
   // A split's partial: the accumulators as every thread holds them, then the row sums.
   static constexpr int kAccFloats = static_cast<int>(sizeof(Tile::c) / sizeof(float));

@@ -12,36 +12,43 @@ namespace zs {
 
 namespace {
 using Product = kernels::TileProduct<ExecSpace>;  // what does not depend on the tile's rows
-template <int Rows, int Cols>
-using ProductOf = kernels::TileProduct<ExecSpace, Rows, Cols>;
+template <int Rows, int Cols, int Stages = 3>
+using ProductOf = kernels::TileProduct<ExecSpace, Rows, Cols, Stages>;
 
 // What the builder needs of a tile shape; tiles: that shape's TileProduct::tiles.
 struct ProductShape {
-  int rows = 64, cols = 32;
+  int rows = 64, cols = 32, stages = 3;
   std::size_t partial_floats = 0, scratch_bytes = 0;
   int (*tiles)(int m, int n, int& tiles_m, int& tiles_n) = nullptr;
 };
-template <int Rows, int Cols>
+template <int Rows, int Cols, int Stages = 3>
 ProductShape shape_of() {
-  return {Rows, Cols, ProductOf<Rows, Cols>::kPartialFloats, ProductOf<Rows, Cols>::kScratchBytes,
-          &ProductOf<Rows, Cols>::tiles};
+  using P = ProductOf<Rows, Cols, Stages>;
+  return {Rows, Cols, Stages, P::kPartialFloats, P::kScratchBytes, &P::tiles};
 }
-bool known_shape(int rows, int cols) { return (rows == 64 && cols == 32) || (rows == 32 && (cols == 32 || cols == 16)); }
-ProductShape product_shape(int rows, int cols) {
+// The shapes the kernels are compiled for: 64 × 32, 32 × 32 and 32 × 16 in 3 stages, the 32-row
+// ones in 4 too (4 stages of 64 × 32 would pass the scratch budget).
+bool known_shape(int rows, int cols, int stages) {
+  if (rows == 64) return cols == 32 && stages == 3;
+  return rows == 32 && (cols == 32 || cols == 16) && (stages == 3 || stages == 4);
+}
+const char* const kKnownShapes = "expected 64 × 32, 32 × 32 or 32 × 16 in 3 stages, or 32 × 32 or 32 × 16 in 4";
+ProductShape product_shape(int rows, int cols, int stages) {
   if (rows == 64) return shape_of<64, 32>();
-  return cols == 32 ? shape_of<32, 32>() : shape_of<32, 16>();
+  if (cols == 32) return stages == 4 ? shape_of<32, 32, 4>() : shape_of<32, 32>();
+  return stages == 4 ? shape_of<32, 16, 4>() : shape_of<32, 16>();
 }
 
 // The fused program with tile() compiled for the kinds in Kinds only and products of Rows × Cols
-// tiles (FusedProgram::tile_of).
-template <int Kinds, int Rows, int Cols>
+// tiles in Stages stages (FusedProgram::tile_of).
+template <int Kinds, int Rows, int Cols, int Stages = 3>
 struct PhaseOfKinds {
   using Member = FusedProgramOnDevice::Member;
   FusedProgramOnDevice f;
   KOKKOS_INLINE_FUNCTION int phases() const { return f.phases(); }
   KOKKOS_INLINE_FUNCTION int tiles(int p) const { return f.tiles(p); }
   KOKKOS_INLINE_FUNCTION void tile(const Member& team, int p, int t, void* scratch) const {
-    f.template tile_of<Kinds, Rows, Cols>(team, p, t, scratch);
+    f.template tile_of<Kinds, Rows, Cols, Stages>(team, p, t, scratch);
   }
 };
 
@@ -127,8 +134,9 @@ bool fused_supports(const Config& c, const FusedOptions& o, std::string* reason)
                   " bytes of team scratch; the budget is ", kFusedScratchBudget));
   if (o.teams_per_sm < 1)
     return no(str("teams_per_sm = ", o.teams_per_sm, "; expected at least 1"));
-  if (!known_shape(o.tile_rows, o.tile_cols))
-    return no(str("tiles of ", o.tile_rows, " × ", o.tile_cols, " (tile_rows × tile_cols); expected 64 × 32, 32 × 32 or 32 × 16"));
+  if (!known_shape(o.tile_rows, o.tile_cols, o.tile_stages))
+    return no(str("tiles of ", o.tile_rows, " × ", o.tile_cols, " in ", o.tile_stages,
+                  " stages (tile_rows × tile_cols, tile_stages); ", kKnownShapes));
   if (fused_step_items(c) > kernels::kFusedMaxItems)
     return no(str("the fused step of ", T, " trunk layers and ", c.branches.size(), " branches has ",
                   fused_step_items(c), " runs of tiles; it takes at most ", kernels::kFusedMaxItems));
@@ -191,11 +199,12 @@ FusedKernel FusedBuilder::build(FusedProgramOnDevice program, std::size_t scratc
           " bytes of team scratch; the budget is ", kFusedScratchBudget);
   require(options.split_chunks >= 0 && options.split_tiles >= 1, "FusedBuilder: split_chunks = ",
           options.split_chunks, ", split_tiles = ", options.split_tiles, "; expected at least 0 and 1");
-  require(known_shape(options.tile_rows, options.tile_cols), "FusedBuilder: tiles of ", options.tile_rows, " × ",
-          options.tile_cols, " (tile_rows × tile_cols); expected 64 × 32, 32 × 32 or 32 × 16");
+  require(known_shape(options.tile_rows, options.tile_cols, options.tile_stages), "FusedBuilder: tiles of ",
+          options.tile_rows, " × ", options.tile_cols, " in ", options.tile_stages,
+          " stages (tile_rows × tile_cols, tile_stages); ", kKnownShapes);
   require(items_.size() <= static_cast<std::size_t>(kernels::kFusedMaxItems), "FusedBuilder: ", items_.size(),
           " runs of tiles; the kernel's parameters hold at most ", kernels::kFusedMaxItems);
-  const ProductShape shape = product_shape(options.tile_rows, options.tile_cols);
+  const ProductShape shape = product_shape(options.tile_rows, options.tile_cols, options.tile_stages);
   using MS = ExecSpace::memory_space;
   FusedKernel k;
   // Split-K: each job's chunks and splits and the workspace they need; then every phase's tiles
@@ -288,6 +297,7 @@ FusedKernel FusedBuilder::build(FusedProgramOnDevice program, std::size_t scratc
   program.n_phases = phases();
   program.tile_rows = shape.rows;
   program.tile_cols = shape.cols;
+  program.tile_stages = shape.stages;
   for (int p = 0; p < phases(); ++p) {
     program.phase_item[p] = phase_item_[p];
     program.phase_tiles[p] = phase_tiles[p];
@@ -331,17 +341,18 @@ void FusedKernel::set_norm_tail(Kokkos::View<double, MemSpace> out, const kernel
 }
 
 void FusedKernel::enqueue(const ExecSpace& exec) const {
+  const bool four = program_.tile_stages == 4;
   if (program_.tile_rows == 64)
-    enqueue_as<64, 32>(exec);
+    enqueue_as<64, 32, 3>(exec);
   else if (program_.tile_cols == 32)
-    enqueue_as<32, 32>(exec);
+    four ? enqueue_as<32, 32, 4>(exec) : enqueue_as<32, 32, 3>(exec);
   else
-    enqueue_as<32, 16>(exec);
+    four ? enqueue_as<32, 16, 4>(exec) : enqueue_as<32, 16, 3>(exec);
 }
 
-template <int Rows, int Cols>
+template <int Rows, int Cols, int Stages>
 void FusedKernel::enqueue_as(const ExecSpace& exec) const {
-  const PhaseOfKinds<kAllKinds, Rows, Cols> all{program_};
+  const PhaseOfKinds<kAllKinds, Rows, Cols, Stages> all{program_};
   if (mode_ == PhasedMode::persistent || !per_kind_) {
     phased_launch(exec, "zs::fused_step", all, shape_, mode_, teams_, barrier_);
     return;
@@ -349,7 +360,7 @@ void FusedKernel::enqueue_as(const ExecSpace& exec) const {
   for (int p = 0; p < program_.n_phases; ++p) {
     const int kinds = program_.phase_kinds[p];
     if ((kinds & ~kProducts) == 0)
-      launch_phase(exec, "zs::fused_step::products", PhaseOfKinds<kProducts, Rows, Cols>{program_}, shape_, p);
+      launch_phase(exec, "zs::fused_step::products", PhaseOfKinds<kProducts, Rows, Cols, Stages>{program_}, shape_, p);
     else if (kinds == kDueling)  // the head's and the loss's kernels have no product in them
       launch_phase(exec, "zs::fused_step::dueling", PhaseOfKinds<kDueling, 64, 32>{program_}, dueling_shape_, p);
     else if (kinds == kLoss)

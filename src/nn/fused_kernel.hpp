@@ -44,6 +44,10 @@ struct FusedOptions {
   // four times the tiles of 64 × 32), 128 registers: 124.3 and 2,143.
   int tile_rows = 32;
   int tile_cols = 32;  // 32, or 16 with 32 rows
+  // k chunks of a product tile in team scratch at once (TileProduct's Stages): 3, or 4 with
+  // 32-row tiles (40 KiB at 32 × 32). With more stages more of a tile's copies from L2 are in
+  // flight while its tensor cores work, so each chunk of the tile's chain waits less.
+  int tile_stages = 3;
   // The dueling head's and the loss's own kernels (kernel_per_kind): team threads × vector lanes
   // (lanes 1, 2, 4, 8, 16 or 32; at most 1,024 in all). A dueling tile's log-softmaxes go a team
   // thread per (row, action) with its lanes over atoms, the loss's a* terms a thread per action:
@@ -117,6 +121,7 @@ class FusedKernel {
   void enqueue(const ExecSpace& exec) const;
   int tile_rows() const { return program_.tile_rows; }
   int tile_cols() const { return program_.tile_cols; }
+  int tile_stages() const { return program_.tile_stages; }
   int phases() const { return program_.n_phases; }
   int tiles(int phase) const { return program_.phase_tiles[phase]; }
   // The persistent launch's teams; 0 when the phases are separate launches.
@@ -138,7 +143,7 @@ class FusedKernel {
 
  private:
   friend class FusedBuilder;
-  template <int Rows, int Cols>
+  template <int Rows, int Cols, int Stages>
   void enqueue_as(const ExecSpace& exec) const;
   FusedProgramOnDevice program_;
   PhasedShape shape_;
