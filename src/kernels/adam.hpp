@@ -54,6 +54,14 @@ struct AdamPrepare {
   }
 };
 
+// Elements a device thread of the elementwise step updates (the host's work items are
+// flat_block's contiguous runs).
+inline constexpr int kAdamPerThread = 4;
+template <class Exec>
+KOKKOS_INLINE_FUNCTION std::int64_t adam_items(const std::size_t n) {
+  return (static_cast<std::int64_t>(n) + kAdamPerThread - 1) / kAdamPerThread;
+}
+
 template <class Exec>
 struct AdamPolyakUpdate {
   Kokkos::View<float*, typename Exec::memory_space> params;
@@ -77,24 +85,66 @@ struct AdamPolyakUpdate {
     // (poisoned norm) means a zero gradient, not 0 × NaN.
     const float s = grad_scale();
     const bool zero_grad = s == 0.f;
-    std::int64_t begin, end;
-    detail::flat_range<Exec>(item, params.extent(0), begin, end);
-    for (std::int64_t i = begin; i < end; ++i) {
-      const float g = zero_grad ? 0.f : grads(i) * s;
-      const float mi = beta1 * m(i) + one_minus_beta1 * g;
-      const float vi = beta2 * v(i) + one_minus_beta2 * g * g;
-      m(i) = mi;
-      v(i) = vi;
-      const float denom = ::sqrtf(vi) / bc2_sqrt + eps;
-      const float p = params(i) - step_size * mi / denom;
-      params(i) = p;
-      // The target moves toward the freshly updated online value, as a separate pass after
-      // Adam would. (1 − τ)·target + τ·online rather than target + τ·(online − target): exact
-      // at both ends, τ = 0 keeps the target and τ = 1 copies the online value bit for bit.
-      if (polyak) target(i) = one_minus_tau * target(i) + tau * p;
+    const std::int64_t n = static_cast<std::int64_t>(params.extent(0));
+    if (detail::flat_block<Exec>() > 1) {
+      std::int64_t begin, end;
+      detail::flat_range<Exec>(item, params.extent(0), begin, end);
+      for (std::int64_t i = begin; i < end; ++i) {
+        float mi = m(i), vi = v(i), p = params(i), t = polyak ? target(i) : 0.f;
+        update(zero_grad ? 0.f : grads(i) * s, step_size, bc2_sqrt, mi, vi, p, t);
+        m(i) = mi;
+        v(i) = vi;
+        params(i) = p;
+        if (polyak) target(i) = t;
+      }
+      return;
+    }
+    // A device thread's kAdamPerThread elements lie a grid apart (coalesced), and every one's
+    // loads are issued before the first store: the compiler cannot tell the buffers apart, so
+    // loads after a store would each wait a memory latency.
+    const std::int64_t items = adam_items<Exec>(params.extent(0));
+    float g[kAdamPerThread], mi[kAdamPerThread], vi[kAdamPerThread], p[kAdamPerThread], t[kAdamPerThread];
+    for (int u = 0; u < kAdamPerThread; ++u) {
+      const std::int64_t i = item + u * items;
+      const bool in = i < n;
+      g[u] = in && !zero_grad ? grads(i) * s : 0.f;
+      mi[u] = in ? m(i) : 0.f;
+      vi[u] = in ? v(i) : 0.f;
+      p[u] = in ? params(i) : 0.f;
+      t[u] = in && polyak ? target(i) : 0.f;
+    }
+    for (int u = 0; u < kAdamPerThread; ++u) {
+      const std::int64_t i = item + u * items;
+      if (i >= n) break;
+      update(g[u], step_size, bc2_sqrt, mi[u], vi[u], p[u], t[u]);
+      m(i) = mi[u];
+      v(i) = vi[u];
+      params(i) = p[u];
+      if (polyak) target(i) = t[u];
     }
   }
+
+  // One element: torch's arithmetic on the scaled gradient g, then the target's move.
+  KOKKOS_INLINE_FUNCTION void update(const float g, const float step_size, const float bc2_sqrt, float& mi, float& vi,
+                                     float& p, float& t) const {
+    mi = beta1 * mi + one_minus_beta1 * g;
+    vi = beta2 * vi + one_minus_beta2 * g * g;
+    const float denom = ::sqrtf(vi) / bc2_sqrt + eps;
+    p = p - step_size * mi / denom;
+    // The target moves toward the freshly updated online value, as a separate pass after
+    // Adam would. (1 − τ)·target + τ·online rather than target + τ·(online − target): exact
+    // at both ends, τ = 0 keeps the target and τ = 1 copies the online value bit for bit.
+    if (polyak) t = one_minus_tau * t + tau * p;
+  }
 };
+
+// Work items of the elementwise step over n elements: flat_policy's blocks on the host, a
+// thread per kAdamPerThread elements on a device.
+template <class Exec>
+Kokkos::RangePolicy<Exec, Kokkos::IndexType<std::int64_t>> adam_policy(const Exec& exec, const std::size_t n) {
+  if (detail::flat_block<Exec>() > 1) return detail::flat_policy(exec, n);
+  return Kokkos::RangePolicy<Exec, Kokkos::IndexType<std::int64_t>>(exec, 0, adam_items<Exec>(n));
+}
 
 namespace detail {
 
@@ -173,7 +223,7 @@ void adam_polyak_update(const Exec& exec, Kokkos::View<float*, typename Exec::me
   // 1 − β and 1 − τ computed in double then rounded once, as torch passes β.
   const auto one_minus = [](float b) { return static_cast<float>(1.0 - static_cast<double>(b)); };
   Kokkos::parallel_for(
-      "zs::adam_polyak_update", detail::flat_policy(exec, n),
+      "zs::adam_polyak_update", adam_policy(exec, n),
       AfterPriorGrids<AdamPolyakUpdate<Exec>>({params, grads, m, v, target, state, skip, lr, grad_scale, hyper.beta1,
                                                one_minus(hyper.beta1), hyper.beta2, one_minus(hyper.beta2), hyper.eps,
                                                tau, one_minus(tau), true}));
@@ -196,7 +246,7 @@ void adam_update(const Exec& exec, Kokkos::View<float*, typename Exec::memory_sp
   detail::check_adam_state("adam_update", state);
   detail::check_adam_hyper("adam_update", hyper);
   const auto one_minus = [](float b) { return static_cast<float>(1.0 - static_cast<double>(b)); };
-  Kokkos::parallel_for("zs::adam_update", detail::flat_policy(exec, n),
+  Kokkos::parallel_for("zs::adam_update", adam_policy(exec, n),
                        AdamPolyakUpdate<Exec>{params, grads, m, v, Kokkos::View<float*, typename Exec::memory_space>(),
                                               state, skip, lr, grad_scale, hyper.beta1, one_minus(hyper.beta1),
                                               hyper.beta2, one_minus(hyper.beta2), hyper.eps, 0.f, 1.f, false});
