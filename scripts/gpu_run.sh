@@ -78,9 +78,9 @@ if [ -n "${ZS_NCU_DETAIL:-}" ]; then
   timeout 300 "$ncu" --profile-from-start off --graph-profiling node --clock-control none \
     --cache-control "$ncu_cache" --kernel-name-base demangled -k "regex:${ZS_NCU_DETAIL}" \
     --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
-    --section MemoryWorkloadAnalysis ./build/cuda/bin/zerosync_bench --benchmark_filter="${ZS_NCU_DETAIL_BENCH:-BM_StepAux/0}" \
+    --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis --section InstructionStats ./build/cuda/bin/zerosync_bench --benchmark_filter="${ZS_NCU_DETAIL_BENCH:-BM_StepAux/0}" \
     --benchmark_min_time=0.0001 > "$out/ncu-detail.txt" 2>&1
-  grep -E "zs::|Duration|Throughput|Achieved Occupancy|Registers Per|Theoretical Occupancy|Block Limit" "$out/ncu-detail.txt" | head -80
+  grep -E "PhaseOfKinds|Duration|SM Active Cycles|Executed Ipc Active|Issue Slots Busy|Achieved Occupancy|Registers Per|Executed Instructions  " "$out/ncu-detail.txt" | head -120
 fi
 [ -n "${ZS_SKIP_BENCH:-}" ] && exit 0
 timeout "${ZS_BENCH_TIMEOUT:-300}" ./build/cuda/bin/zerosync_bench --benchmark_min_time="${ZS_BENCH_MIN_TIME:-0.1}" \
