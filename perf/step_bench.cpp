@@ -175,6 +175,18 @@ BENCHMARK(BM_StepFusedNorm)
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 
+// The fused step (a launch per phase) with its product tiles reading their tables before they wait
+// for the launch before theirs (1: FusedOptions::tables_before_wait) or after (0), the loss's
+// teams of threads × lanes. Args: early, loss threads and lanes, batch.
+void BM_StepFusedEarlyTables(benchmark::State& state) {
+  time_fused_switch(state, [](zs::FusedOptions& o, bool on) { o.tables_before_wait = on; });
+}
+BENCHMARK(BM_StepFusedEarlyTables)
+    ->ArgNames({"early", "lthreads", "llanes", "B"})
+    ->ArgsProduct({{0, 1}, {4}, {32}, {64, 256, 1024}})
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
+
 // The fused step (a launch per phase) with its products' tiles of 32 × cols in `stages` stages
 // (FusedOptions::tile_stages): how much of a tile's chain is its chunks waiting on their copies.
 // Args: stages, cols, batch (trunk 256, heads 128, or with B = 4096 trunk 512, heads 256).

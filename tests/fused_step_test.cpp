@@ -456,6 +456,15 @@ TEST(FusedC51, GraphReplayEqualsDirectLaunchAndTheLaunchModesAgree) {
       l.step();
     });
     EXPECT_EQ(staged.fused_kernel()->tile_stages(), 4);
+    // Product tiles that read their tables before they wait for the launch before theirs
+    // (programmatic launch, the default where the backend has it): the same bits.
+    auto early = fused_options(16, zs::PhasedMode::launches);
+    early.fused.tables_before_wait = true;
+    zs::Trainer graph5(c, fused_options(16)), early_tables(c, early);
+    zs::test::step_on_same_batches(graph5, early_tables, 6, seed + 100, [](zs::Trainer& g, zs::Trainer& l) {
+      g.step();
+      l.step();
+    });
     // The other tile shapes (the default is 32 × 32): persistent and a launch per phase agree.
     // (Across shapes only the bias gradients' row sums differ, summed by more or fewer threads of a
     // tile on CUDA.)
@@ -473,7 +482,7 @@ TEST(FusedC51, GraphReplayEqualsDirectLaunchAndTheLaunchModesAgree) {
       EXPECT_TRUE(zs::test::same_bits(host_copy(gp.optimizer().v().flat()), host_copy(gl.optimizer().v().flat())));
     }
     EXPECT_TRUE(graph.graph_recorded());
-    for (const zs::Trainer* other : {&direct, &graph2, &launches, &graph3, &one_kernel, &staged}) {
+    for (const zs::Trainer* other : {&direct, &graph2, &launches, &graph3, &one_kernel, &staged, &early_tables}) {
       EXPECT_TRUE(zs::test::same_bits(host_copy(graph.online().flat()), host_copy(other->online().flat())));
       EXPECT_TRUE(zs::test::same_bits(host_copy(graph.target().flat()), host_copy(other->target().flat())));
       EXPECT_TRUE(zs::test::same_bits(host_copy(graph.optimizer().v().flat()), host_copy(other->optimizer().v().flat())));

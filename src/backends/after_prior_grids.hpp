@@ -11,7 +11,9 @@
 
 namespace zs {
 
-template <class F>
+// WaitsItself: F calls wait_for_prior_grids() itself, after what it may read before the grids
+// it follows have finished (tables nothing in the step writes) and before anything they write.
+template <class F, bool WaitsItself = false>
 struct AfterPriorGrids : F {
   AfterPriorGrids() = default;
   explicit AfterPriorGrids(const F& f) : F(f) {}
@@ -20,7 +22,7 @@ struct AfterPriorGrids : F {
   // inherited.
   template <class... Args>
   KOKKOS_INLINE_FUNCTION void operator()(Args&&... args) const {
-    wait_for_prior_grids();
+    if (!WaitsItself) wait_for_prior_grids();
     F::operator()(std::forward<Args>(args)...);
   }
 };

@@ -9,6 +9,7 @@
 // a tile that uses it ends with a team barrier, so the next may overwrite it.
 #pragma once
 #include <cstddef>
+#include <type_traits>
 
 #include "backends/after_prior_grids.hpp"
 #include "backends/backend.hpp"
@@ -30,6 +31,13 @@ struct PhasedShape {
 int persistent_grid_teams(int teams_per_sm);
 
 namespace phased_detail {
+
+// F::kWaitsForPriorGrids, false when F has none: whether F's tile() calls wait_for_prior_grids()
+// itself (AfterPriorGrids' WaitsItself).
+template <class F, class = void>
+struct WaitsItself : std::false_type {};
+template <class F>
+struct WaitsItself<F, std::void_t<decltype(F::kWaitsForPriorGrids)>> : std::bool_constant<F::kWaitsForPriorGrids> {};
 
 template <class Exec, class F>
 struct OnePhase {
@@ -72,7 +80,8 @@ void launch_phase(const Exec& exec, const char* name, const F& f, const PhasedSh
   Kokkos::TeamPolicy<Exec> policy(exec, f.tiles(p), shape.team_size, shape.vector_length);
   policy.set_scratch_size(0, Kokkos::PerTeam(shape.scratch_bytes));
   using One = phased_detail::OnePhase<Exec, F>;
-  Kokkos::parallel_for(name, policy, AfterPriorGrids<One>(One{f, p, shape.scratch_bytes}));
+  using Launch = AfterPriorGrids<One, phased_detail::WaitsItself<F>::value>;
+  Kokkos::parallel_for(name, policy, Launch(One{f, p, shape.scratch_bytes}));
 }
 
 // Enqueues every phase of f on exec. persistent_teams: the league of a persistent launch (at

@@ -38,6 +38,10 @@ struct FusedProgram {
   int n_phases = 0;
   // The products' TileProduct shape and stages (FusedOptions::tile_rows, tile_cols, tile_stages).
   int tile_rows = 64, tile_cols = 32, tile_stages = 3;
+  // A product tile reads its job and segments before it waits for the grids its launch follows,
+  // and only then its operands (FusedOptions::tables_before_wait); else every tile waits first.
+  // The tables are written when the kernel is built, never by a step.
+  int tables_before_wait = 0;
   int phase_item[kFusedMaxPhases + 1] = {};  // phase p's items: [phase_item[p], phase_item[p + 1])
   int phase_tiles[kFusedMaxPhases] = {};
   int phase_kinds[kFusedMaxPhases] = {};  // the kinds of tile phase p holds (kind_bit()s)
@@ -75,6 +79,8 @@ struct FusedProgram {
     int it = phase_item[p];
     while (it + 1 < phase_item[p + 1] && item_tile0[it + 1] <= t) ++it;
     const int code = item_code[it], local = t - item_tile0[it];
+    const bool early = tables_before_wait != 0 && static_cast<FusedTileKind>(code & 7) == FusedTileKind::product;
+    if (!early) wait_for_prior_grids();
     switch (static_cast<FusedTileKind>(code & 7)) {
       case FusedTileKind::product:
         if constexpr ((Kinds & kind_bit(FusedTileKind::product)) != 0) {
@@ -83,8 +89,8 @@ struct FusedProgram {
           // last one finds the others' partials still in L2.
           const int per_row = job.tiles_n * job.splits, rest = local % per_row;
           TileProduct<Exec, Rows, Cols, Stages>::run(team, static_cast<float*>(scratch), job,
-                                             segments.data() + item_seg0[it], local / per_row, rest / job.splits,
-                                             rest % job.splits);
+                                                     segments.data() + item_seg0[it], local / per_row,
+                                                     rest / job.splits, rest % job.splits, early);
         }
         break;
       case FusedTileKind::dueling:

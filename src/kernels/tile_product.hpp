@@ -122,9 +122,13 @@ struct TileProduct {
   // chunk c, chunks c + 1 .. c + kStages − 1 are on their way (cp.async on CUDA), one barrier a
   // chunk. The job's layouts and staging pick one of eight bodies here, once a tile, so that in
   // the chunk loop every stride and scratch offset that can be a constant is one.
+  // wait: the tile itself waits for the grids its launch follows (wait_for_prior_grids), once
+  // its job and segments are read (tables written before the step) and before its first copy of
+  // an operand.
   template <class Member>
   KOKKOS_INLINE_FUNCTION static void run(const Member& team, float* scratch, const ProductJob& job,
-                                         const ProductSegment* segments, int tm, int tn, int split = 0) {
+                                         const ProductSegment* segments, int tm, int tn, int split = 0,
+                                         bool wait = false) {
     const int m0 = tm * kM, n0 = tn * kN;
     const int tid = kHost ? 0 : team.team_rank() * Tile::kVectorLength + Tile::lane();
     const bool sums = job.row_sums != nullptr && tn == 0;
@@ -139,7 +143,7 @@ struct TileProduct {
         for (int j = 0; j < kTn; ++j) acc[s][i][j].zero();
     float rsum[kRowSumsPerThread];
     for (int r = 0; r < kRowSumsPerThread; ++r) rsum[r] = 0.f;
-    const Chunks c{job, segments, scratch, m0, n0, first, count, sums, tid};
+    const Chunks c{job, segments, scratch, m0, n0, first, count, sums, tid, wait};
     switch ((job.a_km ? 1 : 0) | (job.b_km ? 2 : 0) | (job.vec ? 4 : 0)) {
       case 0: accumulate<false, false, false>(team, c, acc, rsum); break;
       case 1: accumulate<true, false, false>(team, c, acc, rsum); break;
@@ -314,6 +318,7 @@ struct TileProduct {
     int m0, n0, first, count;
     bool sums;
     int tid;
+    bool wait;  // wait_for_prior_grids() before the first copy
   };
 
   // acc (and rsum) += the products of chunks [first, first + count) of the job, every copy into
@@ -324,6 +329,7 @@ struct TileProduct {
     Cursor<AKM, BKM, VEC> next;
     seek_chunk(c.job, c.segments, c.first, next.seg, next.k0);
     if (c.count > 0) next.start(c.job, c.segments, c.m0, c.n0, c.tid);
+    if (c.wait) wait_for_prior_grids();
     int issued = 0;
     ZS_UNROLL
     for (int st = 0; st + 1 < kStages; ++st) {

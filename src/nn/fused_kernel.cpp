@@ -44,6 +44,9 @@ ProductShape product_shape(int rows, int cols, int stages) {
 template <int Kinds, int Rows, int Cols, int Stages = 3>
 struct PhaseOfKinds {
   using Member = FusedProgramOnDevice::Member;
+  // tile() waits for the grids its launch follows itself (FusedProgram::tile_of): a launch of
+  // one phase need not wait first thing.
+  static constexpr bool kWaitsForPriorGrids = true;
   FusedProgramOnDevice f;
   KOKKOS_INLINE_FUNCTION int phases() const { return f.phases(); }
   KOKKOS_INLINE_FUNCTION int tiles(int p) const { return f.tiles(p); }
@@ -298,6 +301,7 @@ FusedKernel FusedBuilder::build(FusedProgramOnDevice program, std::size_t scratc
   program.tile_rows = shape.rows;
   program.tile_cols = shape.cols;
   program.tile_stages = shape.stages;
+  program.tables_before_wait = options.tables_before_wait ? 1 : 0;
   for (int p = 0; p < phases(); ++p) {
     program.phase_item[p] = phase_item_[p];
     program.phase_tiles[p] = phase_tiles[p];

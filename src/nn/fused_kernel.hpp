@@ -48,6 +48,11 @@ struct FusedOptions {
   // 32-row tiles (40 KiB at 32 × 32). With more stages more of a tile's copies from L2 are in
   // flight while its tensor cores work, so each chunk of the tile's chain waits less.
   int tile_stages = 3;
+  // Each product tile of a launch that may start before the launch it follows has finished
+  // (programmatic launch) reads its job and segments first, and only then waits for that launch:
+  // the tables' loads, a chain of two in L2 before the first copy, overlap the wait. Off: every
+  // tile waits first thing. The same results either way (the tables never change after build).
+  bool tables_before_wait = false;
   // The dueling head's and the loss's own kernels (kernel_per_kind): team threads × vector lanes
   // (lanes 1, 2, 4, 8, 16 or 32; at most 1,024 in all). A dueling tile's log-softmaxes go a team
   // thread per (row, action) with its lanes over atoms, the loss's a* terms a thread per action:
