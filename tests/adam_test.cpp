@@ -67,6 +67,7 @@ struct DeviceAdam {
   zs::DeviceScalar<float> lr{std::string("lr")}, scale{std::string("scale")};
   zs::kernels::AdamHyper hyper;
   float limit, tau;
+  zs::kernels::AdamWork work = zs::kernels::adam_default_work<zs::ExecSpace>();
 
   DeviceAdam(const std::vector<float>& p0, const std::vector<float>& target0, const zs::kernels::AdamHyper& h,
              float limit_, float tau_)
@@ -75,7 +76,8 @@ struct DeviceAdam {
 
   void enqueue(const zs::Stream& stream) const {
     zs::kernels::adam_prepare(stream.exec(), state, skip, norm, scale, limit, hyper);
-    zs::kernels::adam_polyak_update(stream.exec(), params, grads, m, v, state, skip, lr, scale, hyper, target, tau);
+    zs::kernels::adam_polyak_update(stream.exec(), params, grads, m, v, state, skip, lr, scale, hyper, target, tau,
+                                    work);
   }
 
   void set(const std::vector<float>& g, float lr_value, double norm_value, int skip_value = 0) {
@@ -142,14 +144,17 @@ constexpr float kLimit = 10.f, kTau = 0.05f;
 TEST(Adam, MatchesTorchReferenceOverSeveralSteps) {
   const std::size_t reference_size = zs::ParamLayout(zs::Config{}).size();
   zs::Stream stream;
+  // Both ways of sharing the elements among work items, on every backend.
+  for (const auto work : {zs::kernels::AdamWork::runs, zs::kernels::AdamWork::strided})
   for (std::size_t n : {std::size_t{1}, std::size_t{33}, std::size_t{1031}, std::size_t{65537},
                         reference_size}) {
     const auto seed = zs::test::fresh_seed();
-    SCOPED_TRACE(testing::Message() << "n = " << n << ", seed " << seed);
+    SCOPED_TRACE(testing::Message() << "n = " << n << ", work " << static_cast<int>(work) << ", seed " << seed);
     const auto p0 = zs::test::random_normal(n, seed, 0.1f);
     const auto target0 = zs::test::random_normal(n, seed + 99, 0.1f);
     const zs::kernels::AdamHyper h{0.9f, 0.999f, 1e-8f};
     DeviceAdam dev(p0, target0, h, kLimit, kTau);
+    dev.work = work;
     ReferenceAdam ref(p0, target0, h, kLimit, kTau);
     for (int step = 0; step < 5; ++step) {
       SCOPED_TRACE(testing::Message() << "step " << step + 1);
@@ -162,6 +167,44 @@ TEST(Adam, MatchesTorchReferenceOverSeveralSteps) {
       expect_matches(dev, ref);
       if (HasFatalFailure()) return;
     }
+  }
+}
+
+// Runs of contiguous elements (the host's default) and four elements a grid apart (a device's):
+// the same arithmetic per element, so the same bits, with and without the target's move, at
+// sizes that leave every kind of tail (1 to 3 elements past a multiple of four).
+TEST(Adam, RunsAndStridedItemsGiveTheSameBits) {
+  zs::Stream stream;
+  for (const bool polyak : {true, false})
+  for (std::size_t n : {std::size_t{1}, std::size_t{2}, std::size_t{3}, std::size_t{4}, std::size_t{5},
+                        std::size_t{4099}, std::size_t{65538}}) {
+    const auto seed = zs::test::fresh_seed();
+    SCOPED_TRACE(testing::Message() << "n = " << n << ", polyak " << polyak << ", seed " << seed);
+    const auto p0 = zs::test::random_normal(n, seed, 0.1f);
+    const auto target0 = zs::test::random_normal(n, seed + 99, 0.1f);
+    const zs::kernels::AdamHyper h{0.9f, 0.999f, 1e-8f};
+    DeviceAdam runs(p0, target0, h, kLimit, kTau), strided(p0, target0, h, kLimit, kTau);
+    runs.work = zs::kernels::AdamWork::runs;
+    strided.work = zs::kernels::AdamWork::strided;
+    for (int step = 0; step < 3; ++step) {
+      const auto g = zs::test::random_normal(n, seed + 1 + step, step % 2 ? 10.f : 0.01f);
+      for (DeviceAdam* d : {&runs, &strided}) {
+        d->set(g, 1e-2f, reference_norm(g));
+        zs::kernels::adam_prepare(stream.exec(), d->state, d->skip, d->norm, d->scale, d->limit, d->hyper);
+        if (polyak)
+          zs::kernels::adam_polyak_update(stream.exec(), d->params, d->grads, d->m, d->v, d->state, d->skip, d->lr,
+                                          d->scale, d->hyper, d->target, d->tau, d->work);
+        else
+          zs::kernels::adam_update(stream.exec(), d->params, d->grads, d->m, d->v, d->state, d->skip, d->lr,
+                                   d->scale, d->hyper, d->work);
+      }
+      stream.synchronize();
+    }
+    const Snapshot a(runs), b(strided);
+    expect_same(a, b);
+    // Every element moved (none was left out of the items), and the target only with polyak.
+    for (std::size_t i = 0; i < n; ++i) ASSERT_NE(a.params[i], p0[i]) << "param " << i;
+    EXPECT_EQ(same_bits(a.target, target0), !polyak);
   }
 }
 

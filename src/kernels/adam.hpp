@@ -54,11 +54,17 @@ struct AdamPrepare {
   }
 };
 
-// Elements a device thread of the elementwise step updates (the host's work items are
-// flat_block's contiguous runs).
+// How the elementwise step shares its elements among work items: runs of flat_block (the host's
+// default: 2,048 contiguous elements; one on a device), or kAdamPerThread elements a grid apart
+// (a device's default: coalesced, with every element's loads in flight before the first store).
+// Either gives the same bits.
+enum class AdamWork { runs, strided };
 inline constexpr int kAdamPerThread = 4;
 template <class Exec>
-KOKKOS_INLINE_FUNCTION std::int64_t adam_items(const std::size_t n) {
+constexpr AdamWork adam_default_work() {
+  return detail::flat_block<Exec>() > 1 ? AdamWork::runs : AdamWork::strided;
+}
+KOKKOS_INLINE_FUNCTION std::int64_t adam_strided_items(const std::size_t n) {
   return (static_cast<std::int64_t>(n) + kAdamPerThread - 1) / kAdamPerThread;
 }
 
@@ -72,6 +78,7 @@ struct AdamPolyakUpdate {
   Kokkos::View<const float, typename Exec::memory_space> lr, grad_scale;
   float beta1, one_minus_beta1, beta2, one_minus_beta2, eps, tau, one_minus_tau;
   bool polyak = true;  // false: the target is left alone (a hard update copies it every N steps)
+  AdamWork work = adam_default_work<Exec>();
 
   KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t item) const {
     if (skip() != 0) return;
@@ -86,7 +93,7 @@ struct AdamPolyakUpdate {
     const float s = grad_scale();
     const bool zero_grad = s == 0.f;
     const std::int64_t n = static_cast<std::int64_t>(params.extent(0));
-    if (detail::flat_block<Exec>() > 1) {
+    if (work == AdamWork::runs) {
       std::int64_t begin, end;
       detail::flat_range<Exec>(item, params.extent(0), begin, end);
       for (std::int64_t i = begin; i < end; ++i) {
@@ -99,10 +106,10 @@ struct AdamPolyakUpdate {
       }
       return;
     }
-    // A device thread's kAdamPerThread elements lie a grid apart (coalesced), and every one's
+    // The item's kAdamPerThread elements lie a grid apart (coalesced on a device), and every one's
     // loads are issued before the first store: the compiler cannot tell the buffers apart, so
     // loads after a store would each wait a memory latency.
-    const std::int64_t items = adam_items<Exec>(params.extent(0));
+    const std::int64_t items = adam_strided_items(params.extent(0));
     float g[kAdamPerThread], mi[kAdamPerThread], vi[kAdamPerThread], p[kAdamPerThread], t[kAdamPerThread];
     for (int u = 0; u < kAdamPerThread; ++u) {
       const std::int64_t i = item + u * items;
@@ -138,12 +145,12 @@ struct AdamPolyakUpdate {
   }
 };
 
-// Work items of the elementwise step over n elements: flat_policy's blocks on the host, a
-// thread per kAdamPerThread elements on a device.
+// The elementwise step's work items over n elements, shared as `work` says.
 template <class Exec>
-Kokkos::RangePolicy<Exec, Kokkos::IndexType<std::int64_t>> adam_policy(const Exec& exec, const std::size_t n) {
-  if (detail::flat_block<Exec>() > 1) return detail::flat_policy(exec, n);
-  return Kokkos::RangePolicy<Exec, Kokkos::IndexType<std::int64_t>>(exec, 0, adam_items<Exec>(n));
+Kokkos::RangePolicy<Exec, Kokkos::IndexType<std::int64_t>> adam_policy(const Exec& exec, const std::size_t n,
+                                                                       const AdamWork work) {
+  if (work == AdamWork::runs) return detail::flat_policy(exec, n);
+  return Kokkos::RangePolicy<Exec, Kokkos::IndexType<std::int64_t>>(exec, 0, adam_strided_items(n));
 }
 
 namespace detail {
@@ -209,7 +216,7 @@ void adam_polyak_update(const Exec& exec, Kokkos::View<float*, typename Exec::me
                         Kokkos::View<const float, typename Exec::memory_space> lr,
                         Kokkos::View<const float, typename Exec::memory_space> grad_scale,
                         const AdamHyper& hyper, Kokkos::View<float*, typename Exec::memory_space> target,
-                        const float tau) {
+                        const float tau, const AdamWork work = adam_default_work<Exec>()) {
   const std::size_t n = params.extent(0);
   require(n > 0, "adam_polyak_update: the parameter buffer is empty (0 elements); expected at least 1");
   require(grads.extent(0) == n && m.extent(0) == n && v.extent(0) == n && target.extent(0) == n,
@@ -223,10 +230,10 @@ void adam_polyak_update(const Exec& exec, Kokkos::View<float*, typename Exec::me
   // 1 − β and 1 − τ computed in double then rounded once, as torch passes β.
   const auto one_minus = [](float b) { return static_cast<float>(1.0 - static_cast<double>(b)); };
   Kokkos::parallel_for(
-      "zs::adam_polyak_update", adam_policy(exec, n),
+      "zs::adam_polyak_update", adam_policy(exec, n, work),
       AfterPriorGrids<AdamPolyakUpdate<Exec>>({params, grads, m, v, target, state, skip, lr, grad_scale, hyper.beta1,
                                                one_minus(hyper.beta1), hyper.beta2, one_minus(hyper.beta2), hyper.eps,
-                                               tau, one_minus(tau), true}));
+                                               tau, one_minus(tau), true, work}));
 }
 
 // The same Adam step without a target update (the target then moves by hard_update).
@@ -237,7 +244,8 @@ void adam_update(const Exec& exec, Kokkos::View<float*, typename Exec::memory_sp
                  Kokkos::View<const double*, typename Exec::memory_space> state,
                  Kokkos::View<const int, typename Exec::memory_space> skip,
                  Kokkos::View<const float, typename Exec::memory_space> lr,
-                 Kokkos::View<const float, typename Exec::memory_space> grad_scale, const AdamHyper& hyper) {
+                 Kokkos::View<const float, typename Exec::memory_space> grad_scale, const AdamHyper& hyper,
+                 const AdamWork work = adam_default_work<Exec>()) {
   const std::size_t n = params.extent(0);
   require(n > 0, "adam_update: the parameter buffer is empty (0 elements); expected at least 1");
   require(grads.extent(0) == n && m.extent(0) == n && v.extent(0) == n, "adam_update: params has ", n,
@@ -246,10 +254,10 @@ void adam_update(const Exec& exec, Kokkos::View<float*, typename Exec::memory_sp
   detail::check_adam_state("adam_update", state);
   detail::check_adam_hyper("adam_update", hyper);
   const auto one_minus = [](float b) { return static_cast<float>(1.0 - static_cast<double>(b)); };
-  Kokkos::parallel_for("zs::adam_update", adam_policy(exec, n),
+  Kokkos::parallel_for("zs::adam_update", adam_policy(exec, n, work),
                        AdamPolyakUpdate<Exec>{params, grads, m, v, Kokkos::View<float*, typename Exec::memory_space>(),
                                               state, skip, lr, grad_scale, hyper.beta1, one_minus(hyper.beta1),
-                                              hyper.beta2, one_minus(hyper.beta2), hyper.eps, 0.f, 1.f, false});
+                                              hyper.beta2, one_minus(hyper.beta2), hyper.eps, 0.f, 1.f, false, work});
 }
 
 }  // namespace zs::kernels
