@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <utility>
@@ -433,38 +434,35 @@ TEST(FusedC51, GraphReplayEqualsDirectLaunchAndTheLaunchModesAgree) {
       g.step();
       d.step_direct();
     });
-    zs::Trainer graph2(c, fused_options(16));
-    zs::test::step_on_same_batches(graph2, launches, 6, seed + 100, [](zs::Trainer& g, zs::Trainer& l) {
-      g.step();
-      l.step();
-    });
+    // `other` and a fresh trainer of the default options stepped on the same batches: `other`
+    // is then compared with `graph` below.
+    std::vector<std::unique_ptr<zs::Trainer>> baselines;
+    auto step_beside_default = [&](zs::Trainer& other) {
+      baselines.push_back(std::make_unique<zs::Trainer>(c, fused_options(16)));
+      zs::test::step_on_same_batches(*baselines.back(), other, 6, seed + 100, [](zs::Trainer& g, zs::Trainer& l) {
+        g.step();
+        l.step();
+      });
+    };
+    step_beside_default(launches);
     // A launch per phase of the one kernel of every kind, not each phase's own.
     auto one = fused_options(16, zs::PhasedMode::launches);
     one.fused.kernel_per_kind = false;
-    zs::Trainer graph3(c, fused_options(16)), one_kernel(c, one);
-    zs::test::step_on_same_batches(graph3, one_kernel, 6, seed + 100, [](zs::Trainer& g, zs::Trainer& l) {
-      g.step();
-      l.step();
-    });
+    zs::Trainer one_kernel(c, one);
+    step_beside_default(one_kernel);
     // Four stages change when a tile's copies land, not what it adds in which order: the same bits
     // as three.
     auto four = fused_options(16, zs::PhasedMode::launches);
     four.fused.tile_stages = 4;
-    zs::Trainer graph4(c, fused_options(16)), staged(c, four);
-    zs::test::step_on_same_batches(graph4, staged, 6, seed + 100, [](zs::Trainer& g, zs::Trainer& l) {
-      g.step();
-      l.step();
-    });
+    zs::Trainer staged(c, four);
+    step_beside_default(staged);
     EXPECT_EQ(staged.fused_kernel()->tile_stages(), 4);
     // Product tiles that read their tables before they wait for the launch before theirs
     // (programmatic launch, the default where the backend has it): the same bits.
     auto early = fused_options(16, zs::PhasedMode::launches);
     early.fused.tables_before_wait = true;
-    zs::Trainer graph5(c, fused_options(16)), early_tables(c, early);
-    zs::test::step_on_same_batches(graph5, early_tables, 6, seed + 100, [](zs::Trainer& g, zs::Trainer& l) {
-      g.step();
-      l.step();
-    });
+    zs::Trainer early_tables(c, early);
+    step_beside_default(early_tables);
     // The other tile shapes (the default is 32 × 32): persistent and a launch per phase agree.
     // (Across shapes only the bias gradients' row sums differ, summed by more or fewer threads of a
     // tile on CUDA.)
@@ -482,7 +480,8 @@ TEST(FusedC51, GraphReplayEqualsDirectLaunchAndTheLaunchModesAgree) {
       EXPECT_TRUE(zs::test::same_bits(host_copy(gp.optimizer().v().flat()), host_copy(gl.optimizer().v().flat())));
     }
     EXPECT_TRUE(graph.graph_recorded());
-    for (const zs::Trainer* other : {&direct, &graph2, &launches, &graph3, &one_kernel, &staged, &early_tables}) {
+    for (const zs::Trainer* other : {&direct, baselines[0].get(), &launches, baselines[1].get(), &one_kernel,
+                                     baselines[2].get(), &staged, baselines[3].get(), &early_tables}) {
       EXPECT_TRUE(zs::test::same_bits(host_copy(graph.online().flat()), host_copy(other->online().flat())));
       EXPECT_TRUE(zs::test::same_bits(host_copy(graph.target().flat()), host_copy(other->target().flat())));
       EXPECT_TRUE(zs::test::same_bits(host_copy(graph.optimizer().v().flat()), host_copy(other->optimizer().v().flat())));
