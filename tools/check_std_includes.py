@@ -107,7 +107,7 @@ _TABLE = {
     "type_traits": "is_same is_same_v conditional conditional_t enable_if enable_if_t decay_t "
                    "remove_cv_t remove_reference_t remove_const_t is_const_v is_integral_v "
                    "is_floating_point_v is_signed_v is_arithmetic_v is_trivially_copyable is_trivially_copyable_v "
-                   "integral_constant true_type false_type underlying_type_t void_t "
+                   "integral_constant bool_constant true_type false_type underlying_type_t void_t "
                    "invoke_result_t is_base_of_v",
     ("initializer_list", "vector", "string", "map", "set", "array", "deque", "list", "utility",
      "unordered_map", "unordered_set", "algorithm", "random"): "initializer_list",
