@@ -514,9 +514,10 @@ TEST(FusedC51, TheNormInTheLastBackwardPhaseIsTheNormsLaunchs) {
       auto clipped = j;
       clipped["max_grad_norm"] = 0.01;  // every step clipped: the scale carries the norm
       const auto c = zs::Config::from_json(clipped);
-      auto on = fused_options(B, v.mode, v.split_chunks);
+      auto on = fused_options(B, v.mode, v.split_chunks), off = on;
       on.fused.norm_in_backward = true;
-      zs::Trainer in_step(c, on), apart(c, fused_options(B, v.mode, v.split_chunks));
+      off.fused.norm_in_backward = false;
+      zs::Trainer in_step(c, on), apart(c, off);
       ASSERT_TRUE(in_step.fused()) << in_step.fused_off_reason();
       EXPECT_TRUE(in_step.norm_in_step());
       EXPECT_TRUE(in_step.fused_kernel()->takes_norm());
@@ -590,7 +591,9 @@ TEST(FusedC51, TheNormStaysItsOwnLaunchWhereItHasMoreToDo) {
     EXPECT_FALSE(t.norm_in_step());
   }
   {
-    zs::Trainer off(zs::Config::from_json(small_net(seed)), fused_options(B, zs::PhasedMode::launches, 0));
+    auto no_norm = fused_options(B, zs::PhasedMode::launches, 0);
+    no_norm.fused.norm_in_backward = false;
+    zs::Trainer off(zs::Config::from_json(small_net(seed)), no_norm);
     ASSERT_TRUE(off.fused());
     auto* term = off.term_as<zs::C51Term>("c51");
     ASSERT_NE(term, nullptr);

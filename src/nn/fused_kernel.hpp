@@ -46,12 +46,16 @@ struct FusedOptions {
   int tile_cols = 32;  // 32, or 16 with 32 rows
   // k chunks of a product tile in team scratch at once (TileProduct's Stages): 3, or 4 with
   // 32-row tiles (40 KiB at 32 × 32). With more stages more of a tile's copies from L2 are in
-  // flight while its tensor cores work, so each chunk of the tile's chain waits less.
+  // flight while its tensor cores work, so each chunk of the tile's chain waits less. On an H100
+  // (BM_StepFusedStages, 2026-12-05) 4 stages gained nothing: B = 256 110.7 µs against 109.8,
+  // B = 64 86.2 against 85.7; the chunks wait on their own chain, not on their copies.
   int tile_stages = 3;
   // Each product tile of a launch that may start before the launch it follows has finished
   // (programmatic launch) reads its job and segments first, and only then waits for that launch:
   // the tables' loads, a chain of two in L2 before the first copy, overlap the wait. Off: every
   // tile waits first thing. The same results either way (the tables never change after build).
+  // On an H100 (BM_StepFusedEarlyTables, 2026-12-05) it gained nothing: 109.6 µs both ways at
+  // B = 256, 85.9 against 85.4 at 64.
   bool tables_before_wait = false;
   // The dueling head's and the loss's own kernels (kernel_per_kind): team threads × vector lanes
   // (lanes 1, 2, 4, 8, 16 or 32; at most 1,024 in all). A dueling tile's log-softmaxes go a team
@@ -60,8 +64,10 @@ struct FusedOptions {
   // B = 256 (BM_StepFusedSmallTeams, graph replay; Nsight): the dueling head at 16 × 8 took
   // 10.0 µs against 12.3 at 4 × 32 (step 110.2 against 112.1; 8 × 16 112.3, 32 × 4 111.1); the
   // loss lost with every shape other than 4 × 32 (8 × 16 113.1, 16 × 8 114.3, 32 × 4 116.9).
+  // The loss (with the head inside it) at 16 × 8 took 106.8 µs a step against 108.4 at 4 × 32 on
+  // the H200 (nineteenth session) and 107.6 against 109.3 on an H100 (2026-12-05): the default.
   int dueling_threads = 16, dueling_lanes = 8;
-  int loss_threads = 4, loss_lanes = 32;
+  int loss_threads = 16, loss_lanes = 8;
   // The C51 step's dueling head inside the loss's phase: each (sample, branch) team forms its
   // branch's log-probabilities on its three rows in scratch, then the loss on them (one phase and
   // one launch fewer; loss_threads × loss_lanes teams). false: the head a phase of its own
@@ -71,9 +77,9 @@ struct FusedOptions {
   // Σ v² of what it wrote, and the phase's last tile to finish adds them, takes the root and runs
   // the guard's verdict and Adam's prepare (FusedKernel::set_norm_tail; the trainer does so when
   // C51 is the step's only term, alone on its rank, with posts_beside): one launch fewer (the
-  // norm's, 11.3 µs of kernel time in the H200's B = 256 step, Nsight). Off until the H200 has
-  // measured it (BM_StepFusedNorm).
-  bool norm_in_backward = false;
+  // norm's, 11.3 µs of kernel time in the H200's B = 256 step, Nsight). On an H100
+  // (BM_StepFusedNorm, 2026-12-05): B = 256 103.7 µs a step against 108.9, B = 64 80.4 against 85.9.
+  bool norm_in_backward = true;
 };
 
 using FusedProgramOnDevice = kernels::FusedProgram<ExecSpace>;
