@@ -46,6 +46,17 @@ void time_steps(benchmark::State& state, const zs::Config& c, const zs::TrainerO
 
 // time_steps for a trainer that must take the fused step (opt.fused_step), 20 steps per timing,
 // with the fused kernel's launches per step; an error, not a timing, when the trainer declines it.
+// The fused benchmarks' network at batch B (trunk 256, heads 128; from B = 4096 trunk 512,
+// heads 256) and their options: the fused step at every batch, whichever the default picks.
+zs::Config fused_config_at(int B) { return B >= 4096 ? bench_config(512, 256) : bench_config(256, 128); }
+zs::TrainerOptions fused_options_at(int B) {
+  zs::TrainerOptions opt;
+  opt.fused_step = true;
+  opt.fused_max_batch = 1 << 30;
+  opt.batch_size = B;
+  return opt;
+}
+
 void time_fused_steps(benchmark::State& state, const zs::Config& c, const zs::TrainerOptions& opt) {
   zs::Trainer t(c, opt);
   if (!t.fused()) {
@@ -79,17 +90,13 @@ BENCHMARK(BM_Step)
 // dueling tiles of drows rows. Args: dueling threads, lanes and rows, loss threads and lanes,
 // batch (trunk 256, heads 128).
 void BM_StepFusedSmallTeams(benchmark::State& state) {
-  const zs::Config c = bench_config(256, 128);
-  zs::TrainerOptions opt;
-  opt.fused_step = true;
-  opt.fused_max_batch = 1 << 30;
+  zs::TrainerOptions opt = fused_options_at(static_cast<int>(state.range(5)));
   opt.fused.dueling_threads = static_cast<int>(state.range(0));
   opt.fused.dueling_lanes = static_cast<int>(state.range(1));
   opt.fused.dueling_rows = static_cast<int>(state.range(2));
   opt.fused.loss_threads = static_cast<int>(state.range(3));
   opt.fused.loss_lanes = static_cast<int>(state.range(4));
-  opt.batch_size = static_cast<int>(state.range(5));
-  time_fused_steps(state, c, opt);
+  time_fused_steps(state, bench_config(256, 128), opt);
 }
 BENCHMARK(BM_StepFusedSmallTeams)
     ->ArgNames({"dthreads", "dlanes", "drows", "lthreads", "llanes", "B"})
@@ -121,15 +128,11 @@ BENCHMARK(BM_StepFusedSmallTeams)
 // B = 4096 trunk 512, heads 256).
 void time_fused_switch(benchmark::State& state, void (*set)(zs::FusedOptions&, bool on)) {
   const int B = static_cast<int>(state.range(3));
-  const zs::Config c = B >= 4096 ? bench_config(512, 256) : bench_config(256, 128);
-  zs::TrainerOptions opt;
-  opt.fused_step = true;
-  opt.fused_max_batch = 1 << 30;
+  zs::TrainerOptions opt = fused_options_at(B);
   set(opt.fused, state.range(0) != 0);
   opt.fused.loss_threads = static_cast<int>(state.range(1));
   opt.fused.loss_lanes = static_cast<int>(state.range(2));
-  opt.batch_size = B;
-  time_fused_steps(state, c, opt);
+  time_fused_steps(state, fused_config_at(B), opt);
 }
 
 // The fused step (a launch per phase) with the dueling head inside the loss's phase (fuse 1:
@@ -192,15 +195,11 @@ BENCHMARK(BM_StepFusedEarlyTables)
 // Args: stages, cols, batch (trunk 256, heads 128, or with B = 4096 trunk 512, heads 256).
 void BM_StepFusedStages(benchmark::State& state) {
   const int B = static_cast<int>(state.range(2));
-  const zs::Config c = B >= 4096 ? bench_config(512, 256) : bench_config(256, 128);
-  zs::TrainerOptions opt;
-  opt.fused_step = true;
-  opt.fused_max_batch = 1 << 30;
+  zs::TrainerOptions opt = fused_options_at(B);
   opt.fused.tile_rows = 32;
   opt.fused.tile_stages = static_cast<int>(state.range(0));
   opt.fused.tile_cols = static_cast<int>(state.range(1));
-  opt.batch_size = B;
-  time_fused_steps(state, c, opt);
+  time_fused_steps(state, fused_config_at(B), opt);
 }
 BENCHMARK(BM_StepFusedStages)
     ->ArgNames({"stages", "cols", "B"})

@@ -27,17 +27,16 @@ ProductShape shape_of() {
   return {Rows, Cols, Stages, P::kPartialFloats, P::kScratchBytes, &P::tiles};
 }
 // The shapes the kernels are compiled for: 64 × 32, 32 × 32 and 32 × 16 in 3 stages, the 32-row
-// ones in 4 too (4 stages of 64 × 32 would pass the scratch budget).
-bool known_shape(int rows, int cols, int stages) {
-  if (rows == 64) return cols == 32 && stages == 3;
-  return rows == 32 && (cols == 32 || cols == 16) && (stages == 3 || stages == 4);
-}
-const char* const kKnownShapes = "expected 64 × 32, 32 × 32 or 32 × 16 in 3 stages, or 32 × 32 or 32 × 16 in 4";
+// ones in 4 too (4 stages of 64 × 32 would pass the scratch budget). Any other: no tiles().
 ProductShape product_shape(int rows, int cols, int stages) {
-  if (rows == 64) return shape_of<64, 32>();
+  if (rows == 64 && cols == 32 && stages == 3) return shape_of<64, 32>();
+  if (rows != 32 || (stages != 3 && stages != 4)) return {};
   if (cols == 32) return stages == 4 ? shape_of<32, 32, 4>() : shape_of<32, 32>();
-  return stages == 4 ? shape_of<32, 16, 4>() : shape_of<32, 16>();
+  if (cols == 16) return stages == 4 ? shape_of<32, 16, 4>() : shape_of<32, 16>();
+  return {};
 }
+bool known_shape(int rows, int cols, int stages) { return product_shape(rows, cols, stages).tiles != nullptr; }
+const char* const kKnownShapes = "expected 64 × 32, 32 × 32 or 32 × 16 in 3 stages, or 32 × 32 or 32 × 16 in 4";
 
 // The fused program with tile() compiled for the kinds in Kinds only and products of Rows × Cols
 // tiles in Stages stages (FusedProgram::tile_of).
