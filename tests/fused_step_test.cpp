@@ -20,6 +20,7 @@
 #include "backends/graph.hpp"
 #include "backends/warp_tile.hpp"
 #include "fd_check.hpp"
+#include "kernels/tile_product.hpp"
 #include "losses/c51.hpp"
 #include "network_reference.hpp"
 #include "nn/fused_forward.hpp"
@@ -89,6 +90,16 @@ zs::TrainerOptions fused_options(int B, zs::PhasedMode mode = zs::PhasedMode::pe
   o.fused_step = true;
   o.fused.mode = mode;
   o.fused.split_chunks = split_chunks;
+  return o;
+}
+
+// A launch per phase whose loss runs on the team a persistent launch gives every tile (the
+// products' 4 × 32 on CUDA): the loss's cross-entropy shares depend on its team, so only then
+// are the two modes' steps the same bits.
+zs::TrainerOptions launches_like_persistent(int B) {
+  zs::TrainerOptions o = fused_options(B, zs::PhasedMode::launches);
+  o.fused.loss_threads = zs::kernels::TileProduct<zs::ExecSpace>::kTeamSize;
+  o.fused.loss_lanes = zs::WarpTile<zs::ExecSpace>::kVectorLength;
   return o;
 }
 
@@ -429,7 +440,7 @@ TEST(FusedC51, GraphReplayEqualsDirectLaunchAndTheLaunchModesAgree) {
     SCOPED_TRACE(j.dump());
     const auto c = zs::Config::from_json(j);
     zs::Trainer graph(c, fused_options(16)), direct(c, fused_options(16)),
-        launches(c, fused_options(16, zs::PhasedMode::launches));
+        launches(c, launches_like_persistent(16));
     zs::test::step_on_same_batches(graph, direct, 6, seed + 100, [](zs::Trainer& g, zs::Trainer& d) {
       g.step();
       d.step_direct();
@@ -452,14 +463,14 @@ TEST(FusedC51, GraphReplayEqualsDirectLaunchAndTheLaunchModesAgree) {
     step_beside_default(one_kernel);
     // Four stages change when a tile's copies land, not what it adds in which order: the same bits
     // as three.
-    auto four = fused_options(16, zs::PhasedMode::launches);
+    auto four = launches_like_persistent(16);
     four.fused.tile_stages = 4;
     zs::Trainer staged(c, four);
     step_beside_default(staged);
     EXPECT_EQ(staged.fused_kernel()->tile_stages(), 4);
     // Product tiles that read their tables before they wait for the launch before theirs
     // (programmatic launch, the default where the backend has it): the same bits.
-    auto early = fused_options(16, zs::PhasedMode::launches);
+    auto early = launches_like_persistent(16);
     early.fused.tables_before_wait = true;
     zs::Trainer early_tables(c, early);
     step_beside_default(early_tables);
@@ -468,7 +479,7 @@ TEST(FusedC51, GraphReplayEqualsDirectLaunchAndTheLaunchModesAgree) {
     // tile on CUDA.)
     for (const auto& [rows, cols] : std::vector<std::pair<int, int>>{{64, 32}, {32, 16}}) {
       SCOPED_TRACE(testing::Message() << "tiles " << rows << " × " << cols);
-      auto p = fused_options(16), l = fused_options(16, zs::PhasedMode::launches);
+      auto p = fused_options(16), l = launches_like_persistent(16);
       p.fused.tile_rows = l.fused.tile_rows = rows;
       p.fused.tile_cols = l.fused.tile_cols = cols;
       zs::Trainer gp(c, p), gl(c, l);

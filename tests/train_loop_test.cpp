@@ -234,9 +234,10 @@ TEST(TrainLoop, FusedActingActsLikeThePlansAndTrains) {
   const auto seed = fresh_seed();
   SCOPED_TRACE(testing::Message() << "seed " << seed);
   const zs::TrainConfig c = small_cartpole(seed);
-  zs::LoopOptions fused;
+  zs::LoopOptions fused, plans;
   fused.fused_acting = true;
-  zs::TrainLoop with(c, nullptr, fused), without(c);
+  plans.fused_acting = false;  // the default where the fused step is (CUDA) is on
+  zs::TrainLoop with(c, nullptr, fused), without(c, nullptr, plans);
   ASSERT_TRUE(with.actor().fused()) << with.actor().fused_off_reason();
   EXPECT_TRUE(with.eval_actor().fused()) << with.eval_actor().fused_off_reason();
   EXPECT_FALSE(without.actor().fused());
