@@ -6,6 +6,7 @@
 // bit for bit alike.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -271,6 +272,67 @@ TEST(TileProduct, ChainedPhasesRunPersistentOrAsLaunchesWithTheSameBits) {
       }
     EXPECT_LT(std::sqrt(err / norm), zs::WarpTile<zs::ExecSpace>::kRoundsToTf32 ? 3e-3 : 1e-5)
         << "split_chunks " << splits_of[i] << ", tile shape " << shapes_of[i];
+  }
+}
+
+// FusedOptions::timeline: every tile of every phase stamped, in phase order, and the same bits
+// as without it, a launch per phase and persistent.
+TEST(TileProduct, TheTimelineStampsEveryTileAndChangesNoResult) {
+  const auto seed = zs::test::fresh_seed();
+  SCOPED_TRACE(testing::Message() << "seed " << seed);
+  const int R = 100, S = 40, W1 = 64, W2 = 50;
+  const auto x = zs::test::to_device(zs::test::random_normal(std::size_t(R) * S, seed));
+  const auto w1 = zs::test::to_device(zs::test::random_normal(std::size_t(W1) * S, seed + 1, 0.3f));
+  const auto w2 = zs::test::to_device(zs::test::random_normal(std::size_t(W2) * W1, seed + 2, 0.1f));
+  for (const auto mode : {zs::PhasedMode::launches, zs::PhasedMode::persistent}) {
+    std::vector<std::vector<float>> results;
+    for (const bool timeline : {false, true}) {
+      SCOPED_TRACE(testing::Message() << (mode == zs::PhasedMode::persistent ? "persistent" : "launches")
+                                      << (timeline ? ", timeline" : ""));
+      zs::DeviceFloats y1("zs::test::y1", std::size_t(R) * W1), y2("zs::test::y2", std::size_t(R) * W2);
+      zs::FusedBuilder b;
+      ProductJob j;
+      b.phase();
+      j.m = R, j.n = W1, j.out = y1.data(), j.out_ld = W1, j.relu = 1;
+      b.product(j, {{{x.data(), S, 1}, {w1.data(), S, 1}, S}});
+      b.phase();
+      j = {};
+      j.m = R, j.n = W2, j.out = y2.data(), j.out_ld = W2;
+      b.product(j, {{{y1.data(), W1, 1}, {w2.data(), W1, 1}, W1}});
+      zs::FusedOptions o;
+      o.mode = mode;
+      o.timeline = timeline;
+      const zs::FusedKernel k = b.build({}, 0, o);
+      zs::Stream stream;
+      for (int rep = 0; rep < 2; ++rep) k.enqueue(stream.exec());  // the second launch's stamps overwrite the first's
+      stream.synchronize();
+      results.push_back(zs::test::to_host(y2));
+      const auto tiles = k.timeline();
+      if (!timeline) {
+        EXPECT_TRUE(tiles.empty());
+        continue;
+      }
+      ASSERT_EQ(tiles.size(), static_cast<std::size_t>(k.tiles(0) + k.tiles(1)));
+      std::uint64_t first_phase_ends = 0;
+      for (std::size_t i = 0; i < tiles.size(); ++i) {
+        const auto& t = tiles[i];
+        const int phase = i < static_cast<std::size_t>(k.tiles(0)) ? 0 : 1;
+        EXPECT_EQ(t.phase, phase) << "tile " << i;
+        EXPECT_EQ(t.tile, phase == 0 ? static_cast<int>(i) : static_cast<int>(i) - k.tiles(0));
+        EXPECT_GT(t.begin_ns, 0u) << "tile " << i;
+        EXPECT_GE(t.end_ns, t.begin_ns) << "tile " << i;
+        EXPECT_LT(t.work_cycles, std::uint64_t{1} << 40) << "tile " << i;  // an end before its wait would wrap
+        EXPECT_LT(t.wait_cycles, std::uint64_t{1} << 40) << "tile " << i;
+        EXPECT_GE(t.sm, 0);
+        if (phase == 0) first_phase_ends = std::max(first_phase_ends, t.end_ns);
+        // Outside a graph the phases' launches (or the persistent launch's grid barrier) keep them
+        // in order: phase 1's tiles read what phase 0's wrote.
+        if (phase == 1) {
+          EXPECT_GE(t.begin_ns, first_phase_ends) << "tile " << i;
+        }
+      }
+    }
+    EXPECT_TRUE(zs::test::same_bits(results[0], results[1]));
   }
 }
 

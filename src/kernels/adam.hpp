@@ -43,11 +43,14 @@ struct AdamPrepare {
   double beta1, beta2, limit;
 
   KOKKOS_INLINE_FUNCTION void operator()(const int) const {
+    // Every load before the first store (as GuardCheck's).
+    const double n = norm();
+    const int skipped = skip();
+    const double t = state(kAdamT) + 1.0;
     // The clip scale rides in this thread rather than a launch of its own. It is written on
     // skipped steps too: the auxiliaries' budgeted sum reads it whether or not Adam applies it.
-    scale() = static_cast<float>(clip_coefficient(norm(), limit));
-    if (skip() != 0) return;
-    const double t = state(kAdamT) + 1.0;
+    scale() = static_cast<float>(clip_coefficient(n, limit));
+    if (skipped != 0) return;
     state(kAdamT) = t;
     state(kAdamBc1) = 1.0 - ::pow(beta1, t);
     state(kAdamBc2) = 1.0 - ::pow(beta2, t);

@@ -3,6 +3,8 @@
 // without its rows' dueling head, or the loss's totals), run by phased_launch
 // (backends/phased_launch.hpp) as one persistent launch or a launch per phase. nn/fused_step.hpp builds the tables once; nothing is decided per step.
 #pragma once
+#include <cstdint>
+
 #include "backends/backend.hpp"
 #include "kernels/c51_branch_loss.hpp"
 #include "kernels/c51_head.hpp"
@@ -22,6 +24,12 @@ struct FusedItem {
 };
 
 inline constexpr int kFusedMaxPhases = 24;
+
+// What the timeline (FusedOptions::timeline) keeps of each tile: the global timer (ns) at its
+// start and end, its multiprocessor's cycle counter at its start, once it has waited for the
+// grids before its launch, and at its end, and that multiprocessor's index.
+enum class TileClock : int { begin_ns = 0, begin_cycles, waited_cycles, end_cycles, end_ns, sm };
+inline constexpr int kTileClocks = 6;
 // Items of all phases together: they ride in the kernel's parameters (FusedProgram::item_tile0).
 inline constexpr int kFusedMaxItems = 128;
 
@@ -53,6 +61,9 @@ struct FusedProgram {
   DuelingTiles<Exec, DuelingTable<MS>> dueling;
   C51BranchLoss<Exec> c51;
   FusedNorm<Exec> norm;  // the gradient norm in the last backward phase (FusedOptions::norm_in_backward)
+  // FusedOptions::timeline: kTileClocks clocks a tile (TileClock) at timeline + kTileClocks · (the
+  // tiles of the phases before p + t), stored by each tile's first thread; null: none.
+  std::uint64_t* timeline = nullptr;
 
   KOKKOS_INLINE_FUNCTION int phases() const { return n_phases; }
   KOKKOS_INLINE_FUNCTION int tiles(int p) const { return phase_tiles[p]; }
@@ -76,11 +87,14 @@ struct FusedProgram {
   // needs, not the most any kind needs, and fits more teams on a multiprocessor.
   template <int Kinds, int Rows, int Cols, int Stages = 3>
   KOKKOS_INLINE_FUNCTION void tile_of(const Member& team, int p, int t, void* scratch) const {
+    if (timeline) stamp(team, p, t, TileClock::begin_ns, global_ns());
+    if (timeline) stamp(team, p, t, TileClock::begin_cycles, sm_cycles());
     int it = phase_item[p];
     while (it + 1 < phase_item[p + 1] && item_tile0[it + 1] <= t) ++it;
     const int code = item_code[it], local = t - item_tile0[it];
     const bool early = tables_before_wait != 0 && static_cast<FusedTileKind>(code & 7) == FusedTileKind::product;
     if (!early) wait_for_prior_grids();
+    if (timeline) stamp(team, p, t, TileClock::waited_cycles, sm_cycles());
     switch (static_cast<FusedTileKind>(code & 7)) {
       case FusedTileKind::product:
         if constexpr ((Kinds & kind_bit(FusedTileKind::product)) != 0) {
@@ -114,6 +128,21 @@ struct FusedProgram {
     // The norm's phase is one of products (the gradient's last tiles).
     if constexpr ((Kinds & kind_bit(FusedTileKind::product)) != 0)
       if (p == norm.phase) norm.after_tile(team, phase_tiles[p]);
+    if (timeline) {
+      stamp(team, p, t, TileClock::end_cycles, sm_cycles());
+      stamp(team, p, t, TileClock::end_ns, global_ns());
+      stamp(team, p, t, TileClock::sm, static_cast<std::uint64_t>(sm_index()));
+    }
+  }
+
+ private:
+  // Clock `c` of tile t of phase p, stored by the team's first thread: a store at once, so that no
+  // clock stays in a register across the tile.
+  KOKKOS_INLINE_FUNCTION void stamp(const Member& team, int p, int t, TileClock c, std::uint64_t v) const {
+    if (team.team_rank() != 0) return;
+    int at = t;
+    for (int q = 0; q < p; ++q) at += phase_tiles[q];
+    Kokkos::single(Kokkos::PerThread(team), [&]() { timeline[kTileClocks * at + static_cast<int>(c)] = v; });
   }
 };
 

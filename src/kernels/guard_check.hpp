@@ -45,18 +45,22 @@ struct GuardCheck {
   Kokkos::View<int, mem> skip;
   GuardConfig limits;
 
+  // Every load before the first store: the compiler cannot tell the Views apart, so a load after
+  // a store would wait for it, and this one thread is the end of the fused step's last phase.
   KOKKOS_INLINE_FUNCTION void operator()(const int) const {
     const double l = loss();
     const double g = grad_norm();
     const std::int64_t s = step();
+    const double rate = double(lr());
+    GuardState& st = state();
+    GuardSums run = st.running;
     const bool finite = is_finite(l) && is_finite(g);
     // Each flag is its own predicate: +Inf loss sets halt_nan and halt_loss_clip both.
     const bool clip = l > limits.loss_clip;
     // A non-finite norm is halt_nan's business, never a collapse.
-    const bool collapse = finite && s >= limits.warmup_steps && g < double(lr()) * limits.collapse_multiplier;
+    const bool collapse = finite && s >= limits.warmup_steps && g < rate * limits.collapse_multiplier;
     const bool skipped = !finite || clip;
 
-    GuardState& st = state();
     st.verdict.halt_nan = finite ? 0.0 : 1.0;
     st.verdict.halt_loss_clip = clip ? 1.0 : 0.0;
     st.verdict.halt_grad_collapse = collapse ? 1.0 : 0.0;
@@ -67,12 +71,13 @@ struct GuardCheck {
     skip() = skipped ? 1 : 0;
 
     if (skipped) {
-      st.running.skipped += 1.0;
+      run.skipped += 1.0;
     } else {
-      st.running.loss_sum += l;
-      st.running.grad_norm_sum += g;
-      st.running.steps += 1.0;
+      run.loss_sum += l;
+      run.grad_norm_sum += g;
+      run.steps += 1.0;
     }
+    st.running = run;
     step() = s + 1;
   }
 };

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <numeric>
 #include <tuple>
 
 #include "backends/host_copy.hpp"
@@ -306,6 +307,11 @@ FusedKernel FusedBuilder::build(FusedProgramOnDevice program, std::size_t scratc
     program.phase_tiles[p] = phase_tiles[p];
   }
   program.phase_item[phases()] = static_cast<int>(items.size());
+  if (options.timeline) {
+    const std::size_t all = std::accumulate(phase_tiles.begin(), phase_tiles.end(), std::size_t{0});
+    k.timeline_ = Kokkos::View<std::uint64_t*, MemSpace>("zs::fused::timeline", kernels::kTileClocks * all);
+    program.timeline = k.timeline_.data();
+  }
   k.program_ = program;
   k.shape_ = {Product::kTeamSize, WarpTile<ExecSpace>::kVectorLength, std::max(scratch_bytes, shape.scratch_bytes)};
   k.mode_ = kCanPersist ? options.mode : PhasedMode::launches;
@@ -373,6 +379,28 @@ void FusedKernel::enqueue_as(const ExecSpace& exec) const {
     else
       launch_phase(exec, "zs::fused_step", all, shape_, p);
   }
+}
+
+std::vector<TileTimes> FusedKernel::timeline() const {
+  std::vector<TileTimes> out;
+  if (timeline_.size() == 0) return out;
+  const std::vector<std::uint64_t> c = download(timeline_);
+  using kernels::TileClock;
+  const auto at = [&](std::size_t tile, TileClock k) { return c[kernels::kTileClocks * tile + static_cast<int>(k)]; };
+  std::size_t i = 0;
+  for (int p = 0; p < program_.n_phases; ++p)
+    for (int t = 0; t < program_.phase_tiles[p]; ++t, ++i) {
+      TileTimes x;
+      x.phase = p;
+      x.tile = t;
+      x.sm = static_cast<int>(at(i, TileClock::sm));
+      x.begin_ns = at(i, TileClock::begin_ns);
+      x.end_ns = at(i, TileClock::end_ns);
+      x.wait_cycles = at(i, TileClock::waited_cycles) - at(i, TileClock::begin_cycles);
+      x.work_cycles = at(i, TileClock::end_cycles) - at(i, TileClock::waited_cycles);
+      out.push_back(x);
+    }
+  return out;
 }
 
 int FusedKernel::launches() const {

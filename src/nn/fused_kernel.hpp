@@ -3,6 +3,7 @@
 // on CUDA one persistent launch with grid barriers between the phases, or a launch per phase.
 #pragma once
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -80,6 +81,16 @@ struct FusedOptions {
   // norm's, 11.3 µs of kernel time in the H200's B = 256 step, Nsight). On an H100
   // (BM_StepFusedNorm, 2026-12-05): B = 256 103.7 µs a step against 108.9, B = 64 80.4 against 85.9.
   bool norm_in_backward = true;
+  // Each tile stores its clocks (kernels::TileClock) every launch: where a step's time goes, tile by
+  // tile (FusedKernel::timeline, perf's BM_StepTimeline). A diagnostic; off, no tile stores any.
+  bool timeline = false;
+};
+
+// One tile of the last launch, as the timeline (FusedOptions::timeline) kept it.
+struct TileTimes {
+  int phase = 0, tile = 0, sm = 0;
+  std::uint64_t begin_ns = 0, end_ns = 0;          // the global timer
+  std::uint64_t wait_cycles = 0, work_cycles = 0;  // before and after its wait for the grids before it
 };
 
 using FusedProgramOnDevice = kernels::FusedProgram<ExecSpace>;
@@ -133,6 +144,9 @@ class FusedKernel {
   int tile_rows() const { return program_.tile_rows; }
   int tile_cols() const { return program_.tile_cols; }
   int tile_stages() const { return program_.tile_stages; }
+  // Every tile's clocks from the last enqueue (FusedOptions::timeline; empty when off), in phase
+  // and tile order. Waits for the kernel's work to finish: a diagnostic, never in a step.
+  std::vector<TileTimes> timeline() const;
   int phases() const { return program_.n_phases; }
   int tiles(int phase) const { return program_.phase_tiles[phase]; }
   // The persistent launch's teams; 0 when the phases are separate launches.
@@ -169,6 +183,7 @@ class FusedKernel {
   Kokkos::View<double*, MemSpace> squares_;  // the norm's partial sums, one per counted output tile
   Kokkos::View<int, MemSpace> arrived_;      // tiles of the norm's phase done
   Kokkos::View<double, MemSpace> norm_;      // where the norm goes (set_norm_tail: the caller's)
+  Kokkos::View<std::uint64_t*, MemSpace> timeline_;  // FusedOptions::timeline
 };
 
 }  // namespace zs

@@ -1,6 +1,7 @@
 // CUDA backend: device memory for the step, pinned host memory for the mailbox.
 #pragma once
 #include <Kokkos_Core.hpp>
+#include <cstdint>
 
 namespace zs {
 using ExecSpace = Kokkos::Cuda;
@@ -36,6 +37,34 @@ KOKKOS_INLINE_FUNCTION void system_fence() {
 KOKKOS_INLINE_FUNCTION void wait_for_prior_grids() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+// Clocks for the fused step's timeline (FusedOptions::timeline): the global nanosecond timer,
+// comparable across multiprocessors but coarse; the multiprocessor's cycle counter, fine but its
+// own; and which multiprocessor a block runs on.
+KOKKOS_INLINE_FUNCTION std::uint64_t global_ns() {
+#if defined(__CUDA_ARCH__)
+  std::uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+#else
+  return 0;
+#endif
+}
+KOKKOS_INLINE_FUNCTION std::uint64_t sm_cycles() {
+#if defined(__CUDA_ARCH__)
+  return static_cast<std::uint64_t>(clock64());
+#else
+  return 0;
+#endif
+}
+KOKKOS_INLINE_FUNCTION int sm_index() {
+#if defined(__CUDA_ARCH__)
+  unsigned id;
+  asm volatile("mov.u32 %0, %%smid;" : "=r"(id));
+  return static_cast<int>(id);
+#else
+  return 0;
 #endif
 }
 }  // namespace zs

@@ -2,6 +2,8 @@
 #pragma once
 #include <Kokkos_Core.hpp>
 #include <atomic>
+#include <chrono>
+#include <cstdint>
 
 namespace zs {
 using ExecSpace = Kokkos::DefaultHostExecutionSpace;
@@ -24,4 +26,12 @@ inline constexpr bool kCanPersist = false;
 KOKKOS_INLINE_FUNCTION void system_fence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
 // Host launches run in order: nothing to wait for.
 KOKKOS_INLINE_FUNCTION void wait_for_prior_grids() {}
+// The fused step's timeline clocks (see the CUDA backend): one steady clock for both, one
+// "multiprocessor".
+inline std::uint64_t global_ns() {
+  return static_cast<std::uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count());
+}
+inline std::uint64_t sm_cycles() { return global_ns(); }
+inline int sm_index() { return 0; }
 }  // namespace zs

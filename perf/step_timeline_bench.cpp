@@ -1,0 +1,99 @@
+// Where a fused step's time goes, tile by tile: the step with FusedOptions::timeline on, timed
+// like BM_StepFused* (so the stamps' own cost shows against BM_Step), then one table of its last
+// step's phases on stderr: when each phase's first tile began and its last ended (the global
+// timer, µs from the step's first tile), the gap after the phase before, and its tiles' longest
+// and median time past their wait for the grids before them (the multiprocessor's cycles).
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "bench_util.hpp"
+#include "train/trainer.hpp"
+
+namespace {
+
+std::string phase_table(const std::vector<zs::TileTimes>& tiles) {
+  std::uint64_t t0 = UINT64_MAX;
+  int phases = 0;
+  for (const auto& t : tiles) {
+    t0 = std::min(t0, t.begin_ns);
+    phases = std::max(phases, t.phase + 1);
+  }
+  std::string out =
+      "| phase | tiles | SMs | first begins (µs) | last begins | last ends | gap after the phase before | "
+      "longest tile (kcycles, tile) | median tile | longest wait (kcycles) |\n"
+      "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n";
+  double prev_end = 0;
+  char line[512];
+  for (int p = 0; p < phases; ++p) {
+    std::vector<zs::TileTimes> mine;
+    for (const auto& t : tiles)
+      if (t.phase == p) mine.push_back(t);
+    if (mine.empty()) continue;
+    std::uint64_t first = UINT64_MAX, last_begin = 0, last_end = 0, wait = 0;
+    std::set<int> sms;
+    std::vector<std::uint64_t> work;
+    int longest_tile = 0;
+    for (const auto& t : mine) {
+      first = std::min(first, t.begin_ns);
+      last_begin = std::max(last_begin, t.begin_ns);
+      last_end = std::max(last_end, t.end_ns);
+      wait = std::max(wait, t.wait_cycles);
+      sms.insert(t.sm);
+      if (work.empty() || t.work_cycles > *std::max_element(work.begin(), work.end())) longest_tile = t.tile;
+      work.push_back(t.work_cycles);
+    }
+    std::sort(work.begin(), work.end());
+    const double begins = (first - t0) * 1e-3, ends = (last_end - t0) * 1e-3;
+    std::snprintf(line, sizeof line, "| %d | %zu | %zu | %.2f | %.2f | %.2f | %.2f | %.1f (%d) | %.1f | %.1f |\n", p,
+                  mine.size(), sms.size(), begins, (last_begin - t0) * 1e-3, ends, p == 0 ? 0.0 : begins - prev_end,
+                  work.back() * 1e-3, longest_tile, work[work.size() / 2] * 1e-3, wait * 1e-3);
+    out += line;
+    prev_end = ends;
+  }
+  return out;
+}
+
+// The default trainer at batch B (trunk 256, heads 128), split-K's chunks per split
+// (FusedOptions::split_chunks; 0: none), the timeline on (1; its table printed) or off (0: the
+// same step's time without the stamps). Args: batch, split, timeline.
+void BM_StepTimeline(benchmark::State& state) {
+  const int B = static_cast<int>(state.range(0)), split = static_cast<int>(state.range(1));
+  const bool timeline = state.range(2) != 0;
+  zs::Config c;
+  c.trunk = {256, 256};
+  c.head_hidden = 128;
+  zs::TrainerOptions opt;
+  opt.fused_step = true;
+  opt.fused_max_batch = 1 << 30;
+  opt.batch_size = B;
+  opt.fused.split_chunks = split;
+  opt.fused.timeline = timeline;
+  zs::Trainer t(c, opt);
+  if (!t.fused()) {
+    state.SkipWithError(("the fused step is off: " + t.fused_off_reason()).c_str());
+    return;
+  }
+  zs::upload(t.stream().exec(), c, zs::random_batch(c, B, 42), t.batch());
+  zs::bench::time_on_stream(state, t.stream(), [&] { t.step(); }, 20);
+  t.synchronize();
+  state.counters["split_jobs"] = t.fused_kernel()->split_jobs();
+  // Google Benchmark may call this more than once for the same arguments: one table each.
+  static std::set<std::pair<int, int>> printed;
+  if (!timeline || !printed.insert({B, split}).second) return;
+  std::fprintf(stderr, "\nBM_StepTimeline B = %d, split_chunks %d, the last step's phases:\n%s\n", B, split,
+               phase_table(t.fused_kernel()->timeline()).c_str());
+}
+BENCHMARK(BM_StepTimeline)
+    ->ArgNames({"B", "split", "timeline"})
+    ->ArgsProduct({{64, 256}, {0, 4, 8}, {0, 1}})
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
+
+}  // namespace
