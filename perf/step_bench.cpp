@@ -190,21 +190,22 @@ BENCHMARK(BM_StepFusedEarlyTables)
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 
-// The fused step (a launch per phase) with its products' 32 × 32 tiles on `warps` warps
-// (FusedOptions::tile_warps): whether a tile's chain shortens when each warp stages and
-// multiplies half as much. Args: warps, batch (trunk 256, heads 128, or with B = 4096 trunk 512,
-// heads 256).
-void BM_StepFusedWarps(benchmark::State& state) {
-  const int B = static_cast<int>(state.range(1));
+// The fused step (a launch per phase) with its products' tiles of 32 × cols in `stages` stages
+// (FusedOptions::tile_stages): how much of a tile's chain is its chunks waiting on their copies.
+// Args: stages, cols, batch (trunk 256, heads 128, or with B = 4096 trunk 512, heads 256).
+void BM_StepFusedStages(benchmark::State& state) {
+  const int B = static_cast<int>(state.range(2));
   zs::TrainerOptions opt = fused_options_at(B);
   opt.fused.tile_rows = 32;
-  opt.fused.tile_cols = 32;
-  opt.fused.tile_warps = static_cast<int>(state.range(0));
+  opt.fused.tile_stages = static_cast<int>(state.range(0));
+  opt.fused.tile_cols = static_cast<int>(state.range(1));
   time_fused_steps(state, fused_config_at(B), opt);
 }
-BENCHMARK(BM_StepFusedWarps)
-    ->ArgNames({"warps", "B"})
-    ->ArgsProduct({{4, 8}, {64, 256, 1024, 4096}})
+BENCHMARK(BM_StepFusedStages)
+    ->ArgNames({"stages", "cols", "B"})
+    ->ArgsProduct({{3, 4}, {32, 16}, {64, 256, 1024}})
+    ->Args({3, 32, 4096})
+    ->Args({4, 32, 4096})
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 

@@ -13,7 +13,6 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
-#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -21,6 +20,7 @@
 #include "backends/graph.hpp"
 #include "backends/warp_tile.hpp"
 #include "fd_check.hpp"
+#include "kernels/tile_product.hpp"
 #include "losses/c51.hpp"
 #include "network_reference.hpp"
 #include "nn/fused_forward.hpp"
@@ -98,7 +98,7 @@ zs::TrainerOptions fused_options(int B, zs::PhasedMode mode = zs::PhasedMode::pe
 // are the two modes' steps the same bits.
 zs::TrainerOptions launches_like_persistent(int B) {
   zs::TrainerOptions o = fused_options(B, zs::PhasedMode::launches);
-  o.fused.loss_threads = zs::fused_products_team(o.fused);
+  o.fused.loss_threads = zs::kernels::TileProduct<zs::ExecSpace>::kTeamSize;
   o.fused.loss_lanes = zs::WarpTile<zs::ExecSpace>::kVectorLength;
   return o;
 }
@@ -215,29 +215,29 @@ TEST(FusedC51, OneStepMatchesTheLaunchPlans) {
   const auto seed = zs::test::fresh_seed();
   SCOPED_TRACE(testing::Message() << "seed " << seed);
   const int B = 37;
-  // Split-K (32 × 32 tiles), and unsplit with every tile shape (32 × 32 on 8 warps too); the
+  // Split-K (32 × 32 tiles), and unsplit with every tile shape (32 × 32 in 4 stages too); the
   // dueling head inside the loss's phase (the default) and as a phase of its own.
   struct Variant {
     int split_chunks, tile_rows, tile_cols;
     bool fuse_head_loss;
-    int tile_warps = 4;
+    int tile_stages = 3;
   };
   for (const Variant& v : std::vector<Variant>{{1, 32, 32, true},
                                                {0, 64, 32, true},
                                                {0, 32, 32, true},
                                                {0, 32, 16, true},
                                                {0, 32, 32, false},
-                                               {0, 32, 32, true, 8}})
+                                               {0, 32, 32, true, 4}})
   for (const auto& j : {small_net(seed), odd_net(seed)}) {
     const int split_chunks = v.split_chunks, tile_rows = v.tile_rows;
     SCOPED_TRACE(testing::Message() << "split_chunks " << split_chunks << ", tiles " << tile_rows << " × "
-                                    << v.tile_cols << " on " << v.tile_warps << " warps, head and loss " << (v.fuse_head_loss ? "fused" : "apart")
+                                    << v.tile_cols << " in " << v.tile_stages << " stages, head and loss " << (v.fuse_head_loss ? "fused" : "apart")
                                     << ", " << j.dump());
     const auto c = zs::Config::from_json(j);
     auto fo = fused_options(B, zs::PhasedMode::persistent, split_chunks);
     fo.fused.tile_rows = tile_rows;
     fo.fused.tile_cols = v.tile_cols;
-    fo.fused.tile_warps = v.tile_warps;
+    fo.fused.tile_stages = v.tile_stages;
     fo.fused.fuse_head_loss = v.fuse_head_loss;
     zs::Trainer fused(c, fo), plans(c, plan_options(B));
     // The plans in FP32: on TF32 backends the yardstick of how far TF32 alone moves a gradient.
@@ -247,7 +247,7 @@ TEST(FusedC51, OneStepMatchesTheLaunchPlans) {
     ASSERT_TRUE(fused.fused()) << fused.fused_off_reason();
     EXPECT_EQ(fused.fused_kernel()->tile_rows(), tile_rows);
     EXPECT_EQ(fused.fused_kernel()->tile_cols(), v.tile_cols);
-    EXPECT_EQ(fused.fused_kernel()->tile_warps(), v.tile_warps);
+    EXPECT_EQ(fused.fused_kernel()->tile_stages(), v.tile_stages);
     // B = 37 rows are two chunks: every weight gradient splits, or none does.
     if (split_chunks == 0) {
       EXPECT_EQ(fused.fused_kernel()->split_jobs(), 0);
@@ -461,23 +461,27 @@ TEST(FusedC51, GraphReplayEqualsDirectLaunchAndTheLaunchModesAgree) {
     one.fused.kernel_per_kind = false;
     zs::Trainer one_kernel(c, one);
     step_beside_default(one_kernel);
+    // Four stages change when a tile's copies land, not what it adds in which order: the same bits
+    // as three.
+    auto four = launches_like_persistent(16);
+    four.fused.tile_stages = 4;
+    zs::Trainer staged(c, four);
+    step_beside_default(staged);
+    EXPECT_EQ(staged.fused_kernel()->tile_stages(), 4);
     // Product tiles that read their tables before they wait for the launch before theirs
     // (programmatic launch, the default where the backend has it): the same bits.
     auto early = launches_like_persistent(16);
     early.fused.tables_before_wait = true;
     zs::Trainer early_tables(c, early);
     step_beside_default(early_tables);
-    // The other tile shapes (the default is 32 × 32 on 4 warps): persistent and a launch per phase
-    // agree. (Across shapes only the bias gradients' row sums differ, summed by more or fewer
-    // threads of a tile on CUDA.)
-    for (const auto& [rows, cols, warps] : std::vector<std::tuple<int, int, int>>{{64, 32, 4}, {32, 16, 4}, {32, 32, 8}}) {
-      SCOPED_TRACE(testing::Message() << "tiles " << rows << " × " << cols << " on " << warps << " warps");
+    // The other tile shapes (the default is 32 × 32): persistent and a launch per phase agree.
+    // (Across shapes only the bias gradients' row sums differ, summed by more or fewer threads of a
+    // tile on CUDA.)
+    for (const auto& [rows, cols] : std::vector<std::pair<int, int>>{{64, 32}, {32, 16}}) {
+      SCOPED_TRACE(testing::Message() << "tiles " << rows << " × " << cols);
       auto p = fused_options(16), l = launches_like_persistent(16);
       p.fused.tile_rows = l.fused.tile_rows = rows;
       p.fused.tile_cols = l.fused.tile_cols = cols;
-      p.fused.tile_warps = l.fused.tile_warps = warps;
-      // The loss of a launch per phase on the products' team, as the persistent launch runs it.
-      l.fused.loss_threads = zs::fused_products_team(l.fused);
       zs::Trainer gp(c, p), gl(c, l);
       zs::test::step_on_same_batches(gp, gl, 6, seed + 100, [](zs::Trainer& g, zs::Trainer& x) {
         g.step();
@@ -488,7 +492,7 @@ TEST(FusedC51, GraphReplayEqualsDirectLaunchAndTheLaunchModesAgree) {
     }
     EXPECT_TRUE(graph.graph_recorded());
     for (const zs::Trainer* other : {&direct, baselines[0].get(), &launches, baselines[1].get(), &one_kernel,
-                                     baselines[2].get(), &early_tables}) {
+                                     baselines[2].get(), &staged, baselines[3].get(), &early_tables}) {
       EXPECT_TRUE(zs::test::same_bits(host_copy(graph.online().flat()), host_copy(other->online().flat())));
       EXPECT_TRUE(zs::test::same_bits(host_copy(graph.target().flat()), host_copy(other->target().flat())));
       EXPECT_TRUE(zs::test::same_bits(host_copy(graph.optimizer().v().flat()), host_copy(other->optimizer().v().flat())));
@@ -724,15 +728,15 @@ TEST(FusedC51, ConfigsOutOfItsReachRunTheLaunchPlansAndSayWhy) {
   zs::FusedOptions odd_tiles;
   odd_tiles.tile_rows = 16;
   EXPECT_FALSE(zs::fused_supports(zs::Config::from_json(small_net(1)), odd_tiles, &why));
-  EXPECT_NE(why.find("tiles of 16 × 32 on 4 warps (tile_rows × tile_cols, tile_warps); expected 64 × 32, 32 × 32 "
-                     "or 32 × 16 on 4 warps, or 32 × 32 on 8"),
+  EXPECT_NE(why.find("tiles of 16 × 32 in 3 stages (tile_rows × tile_cols, tile_stages); expected 64 × 32, 32 × 32 "
+                     "or 32 × 16 in 3 stages, or 32 × 32 or 32 × 16 in 4"),
             std::string::npos)
       << why;
   zs::FusedOptions deep_tiles;
   deep_tiles.tile_rows = 64;
-  deep_tiles.tile_warps = 8;  // 8 warps: 32 × 32 tiles only
+  deep_tiles.tile_stages = 4;  // 56 KiB of scratch: past the budget
   EXPECT_FALSE(zs::fused_supports(zs::Config::from_json(small_net(1)), deep_tiles, &why));
-  EXPECT_NE(why.find("tiles of 64 × 32 on 8 warps"), std::string::npos) << why;
+  EXPECT_NE(why.find("tiles of 64 × 32 in 4 stages"), std::string::npos) << why;
   // The dueling head's and the loss's own teams: lanes a power of two up to 32, at most 1,024
   // threads in all, refused on every backend (the host, which runs them 1 × 1, too).
   for (const auto& [threads, lanes] : std::vector<std::pair<int, int>>{{0, 32}, {4, 3}, {4, 64}, {64, 32}}) {

@@ -75,15 +75,15 @@ TEST(TileProduct, EveryLayoutSegmentAndEpilogueMatchesADoubleReference) {
       {33, 100, {5, 77}, true, true, true, true, false, true, true},
   };
   // Unsplit, and split-K as fine as it goes (each chunk its own tile, the last adding them up);
-  // every tile shape and its warps.
-  for (const auto& [tile_rows, tile_cols, tile_warps] :
-       std::vector<std::tuple<int, int, int>>{{64, 32, 4}, {32, 32, 4}, {32, 32, 8}, {32, 16, 4}})
+  // every tile shape and stage count.
+  for (const auto& [tile_rows, tile_cols, tile_stages] :
+       std::vector<std::tuple<int, int, int>>{{64, 32, 3}, {32, 32, 3}, {32, 32, 4}, {32, 16, 3}, {32, 16, 4}})
   for (const int split_chunks : {0, 1})
   for (std::size_t ci = 0; ci < cases.size(); ++ci) {
     const Case& cs = cases[ci];
     const auto seed = zs::test::fresh_seed();
-    SCOPED_TRACE(testing::Message() << "case " << ci << ", tiles " << tile_rows << " × " << tile_cols << " on "
-                                    << tile_warps << " warps, split_chunks " << split_chunks << ", seed " << seed);
+    SCOPED_TRACE(testing::Message() << "case " << ci << ", tiles " << tile_rows << " × " << tile_cols << " in "
+                                    << tile_stages << " stages, split_chunks " << split_chunks << ", seed " << seed);
     std::vector<Operand> as, bs;
     for (std::size_t s = 0; s < cs.ks.size(); ++s) {
       as.emplace_back(cs.m, cs.ks[s], cs.a_t, cs.pad, seed + 10 * s + 1);
@@ -125,11 +125,11 @@ TEST(TileProduct, EveryLayoutSegmentAndEpilogueMatchesADoubleReference) {
     o.split_chunks = split_chunks;
     o.tile_rows = tile_rows;
     o.tile_cols = tile_cols;
-    o.tile_warps = tile_warps;
+    o.tile_stages = tile_stages;
     const zs::FusedKernel k = b.build({}, 0, o);
     EXPECT_EQ(k.tile_rows(), tile_rows);
     EXPECT_EQ(k.tile_cols(), tile_cols);
-    EXPECT_EQ(k.tile_warps(), tile_warps);
+    EXPECT_EQ(k.tile_stages(), tile_stages);
     if (split_chunks == 0) {
       EXPECT_EQ(k.tiles(0), (cs.m + tile_rows - 1) / tile_rows * ((cs.n + tile_cols - 1) / tile_cols));
     }
@@ -193,7 +193,7 @@ TEST(TileProduct, ChainedPhasesRunPersistentOrAsLaunchesWithTheSameBits) {
   std::vector<std::vector<float>> results;
   std::vector<int> splits_of, shapes_of;  // shapes_of: 0, 1, 2 for 64 × 32, 32 × 32, 32 × 16
   for (const int split_chunks : {0, 1, 2})
-  for (const int shape : {0, 1, 2, 3})  // 64 × 32, 32 × 32, 32 × 16; 32 × 32 on 8 warps
+  for (const int shape : {0, 1, 2, 3, 4})  // 64 × 32, 32 × 32, 32 × 16; 32 × 32 and 32 × 16 in 4 stages
   for (const auto mode : {zs::PhasedMode::launches, zs::PhasedMode::persistent}) {
     for (const int teams_per_sm : {1, 2}) {
       zs::DeviceFloats y1("zs::test::y1", std::size_t(R) * W1), y2("zs::test::y2", std::size_t(R) * W2),
@@ -216,8 +216,8 @@ TEST(TileProduct, ChainedPhasesRunPersistentOrAsLaunchesWithTheSameBits) {
       o.teams_per_sm = teams_per_sm;
       o.split_chunks = split_chunks;
       o.tile_rows = shape == 0 ? 64 : 32;
-      o.tile_cols = shape == 2 ? 16 : 32;
-      o.tile_warps = shape == 3 ? 8 : 4;
+      o.tile_cols = shape == 2 || shape == 4 ? 16 : 32;
+      o.tile_stages = shape >= 3 ? 4 : 3;
       const zs::FusedKernel k = b.build({}, 0, o);
       // k = 96 (3 chunks) and 70 (3): both split unless split_chunks is 0.
       EXPECT_EQ(k.split_jobs(), split_chunks == 0 ? 0 : 2);
@@ -367,16 +367,16 @@ TEST(TileProduct, BadJobsAreClearErrors) {
   bad = {};
   bad.tile_rows = 48;
   EXPECT_NE(zs::test::error_of([&] { b.build({}, 0, bad); })
-                .find("tiles of 48 × 32 on 4 warps (tile_rows × tile_cols, tile_warps); expected 64 × 32, 32 × 32 "
-                      "or 32 × 16 on 4 warps, or 32 × 32 on 8"),
+                .find("tiles of 48 × 32 in 3 stages (tile_rows × tile_cols, tile_stages); expected 64 × 32, 32 × 32 "
+                      "or 32 × 16 in 3 stages, or 32 × 32 or 32 × 16 in 4"),
             std::string::npos);
   bad.tile_rows = 64;
   bad.tile_cols = 16;
   EXPECT_NE(zs::test::error_of([&] { b.build({}, 0, bad); }).find("tiles of 64 × 16"), std::string::npos);
   bad.tile_rows = 32;
-  for (const int warps : {2, 8, 16}) {  // 8 warps: 32 × 32 tiles only
-    bad.tile_warps = warps;
-    EXPECT_NE(zs::test::error_of([&] { b.build({}, 0, bad); }).find("tiles of 32 × 16 on " + std::to_string(warps)),
+  for (const int stages : {2, 5}) {
+    bad.tile_stages = stages;
+    EXPECT_NE(zs::test::error_of([&] { b.build({}, 0, bad); }).find("tiles of 32 × 16 in " + std::to_string(stages)),
               std::string::npos);
   }
   // The items ride in the kernel's parameters, which have room for kFusedMaxItems.

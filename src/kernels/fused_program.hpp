@@ -44,8 +44,8 @@ struct FusedProgram {
   Kokkos::View<const ProductJob*, MS> jobs;
   Kokkos::View<const ProductSegment*, MS> segments;
   int n_phases = 0;
-  // The products' TileProduct shape and warps (FusedOptions::tile_rows, tile_cols, tile_warps).
-  int tile_rows = 64, tile_cols = 32, tile_warps = 4;
+  // The products' TileProduct shape and stages (FusedOptions::tile_rows, tile_cols, tile_stages).
+  int tile_rows = 64, tile_cols = 32, tile_stages = 3;
   // A product tile reads its job and segments before it waits for the grids its launch follows,
   // and only then its operands (FusedOptions::tables_before_wait); else every tile waits first.
   // The tables are written when the kernel is built, never by a step.
@@ -74,17 +74,18 @@ struct FusedProgram {
     if (tile_rows == 64)
       tile_of<kAllKinds, 64, 32>(team, p, t, scratch);
     else if (tile_cols == 32)
-      tile_warps == 8 ? tile_of<kAllKinds, 32, 32, 8>(team, p, t, scratch)
-                      : tile_of<kAllKinds, 32, 32>(team, p, t, scratch);
+      tile_stages == 4 ? tile_of<kAllKinds, 32, 32, 4>(team, p, t, scratch)
+                       : tile_of<kAllKinds, 32, 32>(team, p, t, scratch);
     else
-      tile_of<kAllKinds, 32, 16>(team, p, t, scratch);
+      tile_stages == 4 ? tile_of<kAllKinds, 32, 16, 4>(team, p, t, scratch)
+                       : tile_of<kAllKinds, 32, 16>(team, p, t, scratch);
   }
 
   // tile() compiled for the tile kinds in `Kinds` only (a mask of kind_bit()s; the phase holds no
-  // other) and products of Rows × Cols tiles on Warps warps (tile_rows, tile_cols, tile_warps): a
+  // other) and products of Rows × Cols tiles in Stages stages (tile_rows, tile_cols, tile_stages): a
   // kernel of only the dueling head or only the loss then takes the registers that its own code
   // needs, not the most any kind needs, and fits more teams on a multiprocessor.
-  template <int Kinds, int Rows, int Cols, int Warps = 4>
+  template <int Kinds, int Rows, int Cols, int Stages = 3>
   KOKKOS_INLINE_FUNCTION void tile_of(const Member& team, int p, int t, void* scratch) const {
     if (timeline) stamp(team, p, t, TileClock::begin_ns, global_ns());
     if (timeline) stamp(team, p, t, TileClock::begin_cycles, sm_cycles());
@@ -101,9 +102,9 @@ struct FusedProgram {
           // The splits of one output tile are neighbours: they run at about the same time, so the
           // last one finds the others' partials still in L2.
           const int per_row = job.tiles_n * job.splits, rest = local % per_row;
-          TileProduct<Exec, Rows, Cols, 3, Warps>::run(team, static_cast<float*>(scratch), job,
-                                                       segments.data() + item_seg0[it], local / per_row,
-                                                       rest / job.splits, rest % job.splits, early);
+          TileProduct<Exec, Rows, Cols, Stages>::run(team, static_cast<float*>(scratch), job,
+                                                     segments.data() + item_seg0[it], local / per_row,
+                                                     rest / job.splits, rest % job.splits, early);
         }
         break;
       case FusedTileKind::dueling:

@@ -71,26 +71,19 @@ struct ProductJob {
 // Stages: chunks in scratch at once, so Stages − 1 of them are on their way while the tensor
 // cores work on one. A tile's chunks are a chain, each waiting for its copy from L2: with more
 // of them in flight a chunk waits for a fraction of the copy's latency.
-//
-// Warps: 4 (a 2 × 2 grid of warps), or 8 on a 32 × 32 tile (2 × 4, one WarpTile a warp). A
-// phase of a few hundred tiles gives each of a multiprocessor's four schedulers one or two
-// warps, each stalled on its own instructions' latencies most of the time (Nsight: the
-// products' warps wait on fixed-latency dependencies a third of their cycles); with 8 warps a
-// tile each warp stages and multiplies half as much, and each scheduler has twice the warps.
-template <class Exec, int Rows = 64, int Cols = 32, int Stages = 3, int Warps = 4>
+template <class Exec, int Rows = 64, int Cols = 32, int Stages = 3>
 struct TileProduct {
   static_assert((Rows == 64 && Cols == 32) || (Rows == 32 && (Cols == 32 || Cols == 16)),
                 "a tile of 64 × 32, 32 × 32 or 32 × 16");
   static_assert(Stages >= 2 && Stages <= 8, "2 to 8 stages");
-  static_assert(Warps == 4 || (Warps == 8 && Rows == 32 && Cols == 32), "4 warps, or 8 on a 32 × 32 tile");
   using Tile = WarpTile<Exec>;
   static constexpr bool kHost = Tile::kVectorLength == 1;
   static constexpr int kM = Rows, kN = Cols, kK = 32;  // C's tile and the k chunk staged at once
-  static constexpr int kWarpM = kM / 2, kWarpN = kN / (Warps / 2);  // a warp's part of the tile
+  static constexpr int kWarpM = kM / 2, kWarpN = kN / 2;  // a warp's part of the tile
   static constexpr int kTm = kWarpM / Tile::kM, kTn = kWarpN / Tile::kN;  // its WarpTiles
   static constexpr int kWarpsN = kN / kWarpN;
   static constexpr int kWarps = (kM / kWarpM) * kWarpsN;
-  // CUDA: a warp per part; host: one thread does them all.
+  // CUDA: a warp per part; host: one thread does all four.
   static constexpr int kTeamSize = kHost ? 1 : kWarps;
   static constexpr int kThreads = kTeamSize * Tile::kVectorLength;
   static constexpr int kSlots = kWarps / kTeamSize;

@@ -173,7 +173,7 @@ FusedC51::FusedC51(const StepContext& ctx, Gradients& g, const ParamBuffer& grad
   const std::size_t scratch = std::max(
       forward_scratch_bytes(net, options),
       kernels::C51BranchLoss<ExecSpace>::phase_scratch_bytes(
-          options.fuse_head_loss, fused_products_team(options), Z, net.table().widest()));
+          options.fuse_head_loss, kernels::TileProduct<ExecSpace>::kTeamSize, Z, net.table().widest()));
   kernel_ = b.build(program, scratch, options);
 }
 

@@ -13,37 +13,35 @@ namespace zs {
 
 namespace {
 using Product = kernels::TileProduct<ExecSpace>;  // what does not depend on the tile's rows
-template <int Rows, int Cols, int Warps = 4>
-using ProductOf = kernels::TileProduct<ExecSpace, Rows, Cols, 3, Warps>;
+template <int Rows, int Cols, int Stages = 3>
+using ProductOf = kernels::TileProduct<ExecSpace, Rows, Cols, Stages>;
 
-// What the builder needs of a tile shape; tiles: that shape's TileProduct::tiles; team: its
-// team's threads (every tile kind of a launch that holds products runs on that team).
+// What the builder needs of a tile shape; tiles: that shape's TileProduct::tiles.
 struct ProductShape {
-  int rows = 64, cols = 32, warps = 4, team = 4;
+  int rows = 64, cols = 32, stages = 3;
   std::size_t partial_floats = 0, scratch_bytes = 0;
   int (*tiles)(int m, int n, int& tiles_m, int& tiles_n) = nullptr;
 };
-template <int Rows, int Cols, int Warps = 4>
+template <int Rows, int Cols, int Stages = 3>
 ProductShape shape_of() {
-  using P = ProductOf<Rows, Cols, Warps>;
-  return {Rows, Cols, Warps, P::kTeamSize, P::kPartialFloats, P::kScratchBytes, &P::tiles};
+  using P = ProductOf<Rows, Cols, Stages>;
+  return {Rows, Cols, Stages, P::kPartialFloats, P::kScratchBytes, &P::tiles};
 }
-// The shapes the kernels are compiled for: 64 × 32, 32 × 32 and 32 × 16 on 4 warps, 32 × 32 on
-// 8 too. Any other: no tiles().
-ProductShape product_shape(int rows, int cols, int warps) {
-  if (rows == 64 && cols == 32 && warps == 4) return shape_of<64, 32>();
-  if (rows == 32 && cols == 32 && warps == 8) return shape_of<32, 32, 8>();
-  if (rows != 32 || warps != 4) return {};
-  if (cols == 32) return shape_of<32, 32>();
-  if (cols == 16) return shape_of<32, 16>();
+// The shapes the kernels are compiled for: 64 × 32, 32 × 32 and 32 × 16 in 3 stages, the 32-row
+// ones in 4 too (4 stages of 64 × 32 would pass the scratch budget). Any other: no tiles().
+ProductShape product_shape(int rows, int cols, int stages) {
+  if (rows == 64 && cols == 32 && stages == 3) return shape_of<64, 32>();
+  if (rows != 32 || (stages != 3 && stages != 4)) return {};
+  if (cols == 32) return stages == 4 ? shape_of<32, 32, 4>() : shape_of<32, 32>();
+  if (cols == 16) return stages == 4 ? shape_of<32, 16, 4>() : shape_of<32, 16>();
   return {};
 }
-bool known_shape(int rows, int cols, int warps) { return product_shape(rows, cols, warps).tiles != nullptr; }
-const char* const kKnownShapes = "expected 64 × 32, 32 × 32 or 32 × 16 on 4 warps, or 32 × 32 on 8";
+bool known_shape(int rows, int cols, int stages) { return product_shape(rows, cols, stages).tiles != nullptr; }
+const char* const kKnownShapes = "expected 64 × 32, 32 × 32 or 32 × 16 in 3 stages, or 32 × 32 or 32 × 16 in 4";
 
 // The fused program with tile() compiled for the kinds in Kinds only and products of Rows × Cols
-// tiles on Warps warps (FusedProgram::tile_of).
-template <int Kinds, int Rows, int Cols, int Warps = 4>
+// tiles in Stages stages (FusedProgram::tile_of).
+template <int Kinds, int Rows, int Cols, int Stages = 3>
 struct PhaseOfKinds {
   using Member = FusedProgramOnDevice::Member;
   // tile() waits for the grids its launch follows itself (FusedProgram::tile_of): a launch of
@@ -53,7 +51,7 @@ struct PhaseOfKinds {
   KOKKOS_INLINE_FUNCTION int phases() const { return f.phases(); }
   KOKKOS_INLINE_FUNCTION int tiles(int p) const { return f.tiles(p); }
   KOKKOS_INLINE_FUNCTION void tile(const Member& team, int p, int t, void* scratch) const {
-    f.template tile_of<Kinds, Rows, Cols, Warps>(team, p, t, scratch);
+    f.template tile_of<Kinds, Rows, Cols, Stages>(team, p, t, scratch);
   }
 };
 
@@ -130,7 +128,7 @@ bool fused_supports(const Config& c, const FusedOptions& o, std::string* reason)
   const int loss_threads = WarpTile<ExecSpace>::kVectorLength == 1 ? 1 : o.loss_threads;
   const int widest = table.widest();
   using Loss = kernels::C51BranchLoss<ExecSpace>;
-  const int loss_team = std::max(fused_products_team(o), loss_threads);
+  const int loss_team = std::max(Product::kTeamSize, loss_threads);
   const std::size_t loss = Loss::phase_scratch_bytes(o.fuse_head_loss, loss_team, c.atoms, widest);
   const std::string head =
       o.fuse_head_loss ? str(" with its dueling head (", widest, " actions in the widest branch)") : std::string();
@@ -139,9 +137,9 @@ bool fused_supports(const Config& c, const FusedOptions& o, std::string* reason)
                   " bytes of team scratch; the budget is ", kFusedScratchBudget));
   if (o.teams_per_sm < 1)
     return no(str("teams_per_sm = ", o.teams_per_sm, "; expected at least 1"));
-  if (!known_shape(o.tile_rows, o.tile_cols, o.tile_warps))
-    return no(str("tiles of ", o.tile_rows, " × ", o.tile_cols, " on ", o.tile_warps,
-                  " warps (tile_rows × tile_cols, tile_warps); ", kKnownShapes));
+  if (!known_shape(o.tile_rows, o.tile_cols, o.tile_stages))
+    return no(str("tiles of ", o.tile_rows, " × ", o.tile_cols, " in ", o.tile_stages,
+                  " stages (tile_rows × tile_cols, tile_stages); ", kKnownShapes));
   if (fused_step_items(c) > kernels::kFusedMaxItems)
     return no(str("the fused step of ", T, " trunk layers and ", c.branches.size(), " branches has ",
                   fused_step_items(c), " runs of tiles; it takes at most ", kernels::kFusedMaxItems));
@@ -204,12 +202,12 @@ FusedKernel FusedBuilder::build(FusedProgramOnDevice program, std::size_t scratc
           " bytes of team scratch; the budget is ", kFusedScratchBudget);
   require(options.split_chunks >= 0 && options.split_tiles >= 1, "FusedBuilder: split_chunks = ",
           options.split_chunks, ", split_tiles = ", options.split_tiles, "; expected at least 0 and 1");
-  require(known_shape(options.tile_rows, options.tile_cols, options.tile_warps), "FusedBuilder: tiles of ",
-          options.tile_rows, " × ", options.tile_cols, " on ", options.tile_warps,
-          " warps (tile_rows × tile_cols, tile_warps); ", kKnownShapes);
+  require(known_shape(options.tile_rows, options.tile_cols, options.tile_stages), "FusedBuilder: tiles of ",
+          options.tile_rows, " × ", options.tile_cols, " in ", options.tile_stages,
+          " stages (tile_rows × tile_cols, tile_stages); ", kKnownShapes);
   require(items_.size() <= static_cast<std::size_t>(kernels::kFusedMaxItems), "FusedBuilder: ", items_.size(),
           " runs of tiles; the kernel's parameters hold at most ", kernels::kFusedMaxItems);
-  const ProductShape shape = product_shape(options.tile_rows, options.tile_cols, options.tile_warps);
+  const ProductShape shape = product_shape(options.tile_rows, options.tile_cols, options.tile_stages);
   using MS = ExecSpace::memory_space;
   FusedKernel k;
   // Split-K: each job's chunks and splits and the workspace they need; then every phase's tiles
@@ -302,7 +300,7 @@ FusedKernel FusedBuilder::build(FusedProgramOnDevice program, std::size_t scratc
   program.n_phases = phases();
   program.tile_rows = shape.rows;
   program.tile_cols = shape.cols;
-  program.tile_warps = shape.warps;
+  program.tile_stages = shape.stages;
   program.tables_before_wait = options.tables_before_wait ? 1 : 0;
   for (int p = 0; p < phases(); ++p) {
     program.phase_item[p] = phase_item_[p];
@@ -315,7 +313,7 @@ FusedKernel FusedBuilder::build(FusedProgramOnDevice program, std::size_t scratc
     program.timeline = k.timeline_.data();
   }
   k.program_ = program;
-  k.shape_ = {shape.team, WarpTile<ExecSpace>::kVectorLength, std::max(scratch_bytes, shape.scratch_bytes)};
+  k.shape_ = {Product::kTeamSize, WarpTile<ExecSpace>::kVectorLength, std::max(scratch_bytes, shape.scratch_bytes)};
   k.mode_ = kCanPersist ? options.mode : PhasedMode::launches;
   k.per_kind_ = options.kernel_per_kind;
   // A kernel of only the dueling head or only the loss needs only what the caller asked for (and
@@ -352,17 +350,18 @@ void FusedKernel::set_norm_tail(Kokkos::View<double, MemSpace> out, const kernel
 }
 
 void FusedKernel::enqueue(const ExecSpace& exec) const {
+  const bool four = program_.tile_stages == 4;
   if (program_.tile_rows == 64)
-    enqueue_as<64, 32, 4>(exec);
+    enqueue_as<64, 32, 3>(exec);
   else if (program_.tile_cols == 32)
-    program_.tile_warps == 8 ? enqueue_as<32, 32, 8>(exec) : enqueue_as<32, 32, 4>(exec);
+    four ? enqueue_as<32, 32, 4>(exec) : enqueue_as<32, 32, 3>(exec);
   else
-    enqueue_as<32, 16, 4>(exec);
+    four ? enqueue_as<32, 16, 4>(exec) : enqueue_as<32, 16, 3>(exec);
 }
 
-template <int Rows, int Cols, int Warps>
+template <int Rows, int Cols, int Stages>
 void FusedKernel::enqueue_as(const ExecSpace& exec) const {
-  const PhaseOfKinds<kAllKinds, Rows, Cols, Warps> all{program_};
+  const PhaseOfKinds<kAllKinds, Rows, Cols, Stages> all{program_};
   if (mode_ == PhasedMode::persistent || !per_kind_) {
     phased_launch(exec, "zs::fused_step", all, shape_, mode_, teams_, barrier_);
     return;
@@ -370,7 +369,7 @@ void FusedKernel::enqueue_as(const ExecSpace& exec) const {
   for (int p = 0; p < program_.n_phases; ++p) {
     const int kinds = program_.phase_kinds[p];
     if ((kinds & ~kProducts) == 0)
-      launch_phase(exec, "zs::fused_step::products", PhaseOfKinds<kProducts, Rows, Cols, Warps>{program_}, shape_, p);
+      launch_phase(exec, "zs::fused_step::products", PhaseOfKinds<kProducts, Rows, Cols, Stages>{program_}, shape_, p);
     else if (kinds == kDueling)  // the head's and the loss's kernels have no product in them
       launch_phase(exec, "zs::fused_step::dueling", PhaseOfKinds<kDueling, 64, 32>{program_}, dueling_shape_, p);
     else if (kinds == kLoss)
@@ -402,11 +401,6 @@ std::vector<TileTimes> FusedKernel::timeline() const {
       out.push_back(x);
     }
   return out;
-}
-
-int fused_products_team(const FusedOptions& options) {
-  const ProductShape shape = product_shape(options.tile_rows, options.tile_cols, options.tile_warps);
-  return shape.tiles ? shape.team : Product::kTeamSize;
 }
 
 int FusedKernel::launches() const {

@@ -45,12 +45,12 @@ struct FusedOptions {
   // four times the tiles of 64 × 32), 128 registers: 124.3 and 2,143.
   int tile_rows = 32;
   int tile_cols = 32;  // 32, or 16 with 32 rows
-  // Warps a product tile runs on: 4, or 8 with 32 × 32 tiles (each warp one 16 × 8 tensor-core
-  // tile, half the staging a warp, twice the warps a scheduler has to switch between). The
-  // products' team, and so that of every tile of the persistent or one-kernel launch. (Four
-  // stages of chunks, measured on an H100 in 2026-12-05's BM_StepFusedStages, gained nothing:
-  // B = 256 110.7 µs against 109.8 in three; dropped.)
-  int tile_warps = 4;
+  // k chunks of a product tile in team scratch at once (TileProduct's Stages): 3, or 4 with
+  // 32-row tiles (40 KiB at 32 × 32). With more stages more of a tile's copies from L2 are in
+  // flight while its tensor cores work, so each chunk of the tile's chain waits less. On an H100
+  // (BM_StepFusedStages, 2026-12-05) 4 stages gained nothing: B = 256 110.7 µs against 109.8,
+  // B = 64 86.2 against 85.7; the chunks wait on their own chain, not on their copies.
+  int tile_stages = 3;
   // Each product tile of a launch that may start before the launch it follows has finished
   // (programmatic launch) reads its job and segments first, and only then waits for that launch:
   // the tables' loads, a chain of two in L2 before the first copy, overlap the wait. Off: every
@@ -103,10 +103,6 @@ inline constexpr std::size_t kFusedScratchBudget = 46 * 1024;
 // other run of tiles (losses/c51_fused.cpp, nn/fused_forward.cpp).
 int fused_step_items(const Config& c);
 
-// The threads of the products' team for `options` (FusedOptions::tile_warps; 1 on the host):
-// the team every tile kind of a launch with products in it runs on.
-int fused_products_team(const FusedOptions& options);
-
 // Whether a fused kernel can run `c`'s network and loss; when not, why, in `reason`.
 bool fused_supports(const Config& c, const FusedOptions& options, std::string* reason = nullptr);
 
@@ -147,7 +143,7 @@ class FusedKernel {
   void enqueue(const ExecSpace& exec) const;
   int tile_rows() const { return program_.tile_rows; }
   int tile_cols() const { return program_.tile_cols; }
-  int tile_warps() const { return program_.tile_warps; }
+  int tile_stages() const { return program_.tile_stages; }
   // Every tile's clocks from the last enqueue (FusedOptions::timeline; empty when off), in phase
   // and tile order. Waits for the kernel's work to finish: a diagnostic, never in a step.
   std::vector<TileTimes> timeline() const;
@@ -172,7 +168,7 @@ class FusedKernel {
 
  private:
   friend class FusedBuilder;
-  template <int Rows, int Cols, int Warps>
+  template <int Rows, int Cols, int Stages>
   void enqueue_as(const ExecSpace& exec) const;
   FusedProgramOnDevice program_;
   PhasedShape shape_;
