@@ -474,6 +474,11 @@ TEST(FusedC51, GraphReplayEqualsDirectLaunchAndTheLaunchModesAgree) {
     early.fused.tables_before_wait = true;
     zs::Trainer early_tables(c, early);
     step_beside_default(early_tables);
+    // The next phase's launch scheduled once every tile is past its chunk loop: the same bits.
+    auto dependents = launches_like_persistent(16);
+    dependents.fused.dependents_early = 2;
+    zs::Trainer early_dependents(c, dependents);
+    step_beside_default(early_dependents);
     // The other tile shapes (the default is 32 × 32): persistent and a launch per phase agree.
     // (Across shapes only the bias gradients' row sums differ, summed by more or fewer threads of a
     // tile on CUDA.)
@@ -492,7 +497,8 @@ TEST(FusedC51, GraphReplayEqualsDirectLaunchAndTheLaunchModesAgree) {
     }
     EXPECT_TRUE(graph.graph_recorded());
     for (const zs::Trainer* other : {&direct, baselines[0].get(), &launches, baselines[1].get(), &one_kernel,
-                                     baselines[2].get(), &staged, baselines[3].get(), &early_tables}) {
+                                     baselines[2].get(), &staged, baselines[3].get(), &early_tables,
+                                     baselines[4].get(), &early_dependents}) {
       EXPECT_TRUE(zs::test::same_bits(host_copy(graph.online().flat()), host_copy(other->online().flat())));
       EXPECT_TRUE(zs::test::same_bits(host_copy(graph.target().flat()), host_copy(other->target().flat())));
       EXPECT_TRUE(zs::test::same_bits(host_copy(graph.optimizer().v().flat()), host_copy(other->optimizer().v().flat())));

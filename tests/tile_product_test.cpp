@@ -365,6 +365,10 @@ TEST(TileProduct, BadJobsAreClearErrors) {
   bad.split_tiles = 0;
   EXPECT_NE(zs::test::error_of([&] { b.build({}, 0, bad); }).find("split_tiles = 0"), std::string::npos);
   bad = {};
+  bad.dependents_early = 3;
+  EXPECT_NE(zs::test::error_of([&] { b.build({}, 0, bad); }).find("dependents_early = 3; expected 0, 1 or 2"),
+            std::string::npos);
+  bad = {};
   bad.tile_rows = 48;
   EXPECT_NE(zs::test::error_of([&] { b.build({}, 0, bad); })
                 .find("tiles of 48 × 32 in 3 stages (tile_rows × tile_cols, tile_stages); expected 64 × 32, 32 × 32 "

@@ -50,6 +50,10 @@ struct FusedProgram {
   // and only then its operands (FusedOptions::tables_before_wait); else every tile waits first.
   // The tables are written when the kernel is built, never by a step.
   int tables_before_wait = 0;
+  // When the grids after a phase's launch may be scheduled (FusedOptions::dependents_early): 0 once
+  // every block has exited; 1 once every block has finished its tile (before it exits); 2 once
+  // every product tile is past its chunk loop (before its epilogue; other tiles: 1).
+  int dependents_early = 0;
   int phase_item[kFusedMaxPhases + 1] = {};  // phase p's items: [phase_item[p], phase_item[p + 1])
   int phase_tiles[kFusedMaxPhases] = {};
   int phase_kinds[kFusedMaxPhases] = {};  // the kinds of tile phase p holds (kind_bit()s)
@@ -104,7 +108,8 @@ struct FusedProgram {
           const int per_row = job.tiles_n * job.splits, rest = local % per_row;
           TileProduct<Exec, Rows, Cols, Stages>::run(team, static_cast<float*>(scratch), job,
                                                      segments.data() + item_seg0[it], local / per_row,
-                                                     rest / job.splits, rest % job.splits, early);
+                                                     rest / job.splits, rest % job.splits, early,
+                                                     dependents_early == 2);
         }
         break;
       case FusedTileKind::dueling:
@@ -128,6 +133,7 @@ struct FusedProgram {
     // The norm's phase is one of products (the gradient's last tiles).
     if constexpr ((Kinds & kind_bit(FusedTileKind::product)) != 0)
       if (p == norm.phase) norm.after_tile(team, phase_tiles[p]);
+    if (dependents_early != 0) allow_dependent_grids();
     if (timeline) {
       stamp(team, p, t, TileClock::end_cycles, sm_cycles());
       stamp(team, p, t, TileClock::end_ns, global_ns());

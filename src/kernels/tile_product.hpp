@@ -122,13 +122,15 @@ struct TileProduct {
   // chunk c, chunks c + 1 .. c + kStages − 1 are on their way (cp.async on CUDA), one barrier a
   // chunk. The job's layouts and staging pick one of eight bodies here, once a tile, so that in
   // the chunk loop every stride and scratch offset that can be a constant is one.
+  // trigger: the grids after this one may be scheduled once every block is past its chunks
+  // (allow_dependent_grids; FusedOptions::dependents_early).
   // wait: the tile itself waits for the grids its launch follows (wait_for_prior_grids), once
   // its job and segments are read (tables written before the step) and before its first copy of
   // an operand.
   template <class Member>
   KOKKOS_INLINE_FUNCTION static void run(const Member& team, float* scratch, const ProductJob& job,
                                          const ProductSegment* segments, int tm, int tn, int split = 0,
-                                         bool wait = false) {
+                                         bool wait = false, bool trigger = false) {
     const int m0 = tm * kM, n0 = tn * kN;
     const int tid = kHost ? 0 : team.team_rank() * Tile::kVectorLength + Tile::lane();
     const bool sums = job.row_sums != nullptr && tn == 0;
@@ -154,6 +156,7 @@ struct TileProduct {
       case 6: accumulate<false, true, true>(team, c, acc, rsum); break;
       default: accumulate<true, true, true>(team, c, acc, rsum); break;
     }
+    if (trigger) allow_dependent_grids();
     if (sums && kSumParts > 1) {
       float* const parts = scratch + kStages * kStageFloats;
       const int part = tid / kM, row = tid % kM;

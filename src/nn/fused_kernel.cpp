@@ -302,6 +302,9 @@ FusedKernel FusedBuilder::build(FusedProgramOnDevice program, std::size_t scratc
   program.tile_cols = shape.cols;
   program.tile_stages = shape.stages;
   program.tables_before_wait = options.tables_before_wait ? 1 : 0;
+  require(options.dependents_early >= 0 && options.dependents_early <= 2, "FusedBuilder: dependents_early = ",
+          options.dependents_early, "; expected 0, 1 or 2");
+  program.dependents_early = options.dependents_early;
   for (int p = 0; p < phases(); ++p) {
     program.phase_item[p] = phase_item_[p];
     program.phase_tiles[p] = phase_tiles[p];

@@ -58,6 +58,14 @@ struct FusedOptions {
   // On an H100 (BM_StepFusedEarlyTables, 2026-12-05) it gained nothing: 109.6 µs both ways at
   // B = 256, 85.9 against 85.4 at 64.
   bool tables_before_wait = false;
+  // When the launch of the phase after each phase may be scheduled, with programmatic launch:
+  // 0 once every block of this one has exited (the CUDA default without a trigger); 1 once
+  // every block has finished its tile; 2 once every product tile is past its chunk loop, so the
+  // next launch's blocks are placed while this one's epilogues run (other kinds of tile: as 1).
+  // Either way the next phase's tiles wait for this phase to finish before they read anything it
+  // writes: the same results. (The sixteenth session's trigger as soon as a block started made
+  // B = 256 slower: the next launch's blocks took the multiprocessors that freed first.)
+  int dependents_early = 0;
   // The dueling head's and the loss's own kernels (kernel_per_kind): team threads × vector lanes
   // (lanes 1, 2, 4, 8, 16 or 32; at most 1,024 in all). A dueling tile's log-softmaxes go a team
   // thread per (row, action) with its lanes over atoms, the loss's a* terms a thread per action:

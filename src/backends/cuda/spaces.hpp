@@ -39,6 +39,15 @@ KOKKOS_INLINE_FUNCTION void wait_for_prior_grids() {
   asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
 }
+// Lets the grids that follow this one through a programmatic edge be scheduled once every block
+// of this grid has called it or exited (PTX griddepcontrol.launch_dependents); their
+// wait_for_prior_grids still waits for this grid to finish. Without it they are scheduled when
+// every block has exited.
+KOKKOS_INLINE_FUNCTION void allow_dependent_grids() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
 // Clocks for the fused step's timeline (FusedOptions::timeline): the global nanosecond timer,
 // comparable across multiprocessors but coarse; the multiprocessor's cycle counter, fine but its
 // own; and which multiprocessor a block runs on.

@@ -26,6 +26,8 @@ inline constexpr bool kCanPersist = false;
 KOKKOS_INLINE_FUNCTION void system_fence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
 // Host launches run in order: nothing to wait for.
 KOKKOS_INLINE_FUNCTION void wait_for_prior_grids() {}
+// Host launches run in order: no grid is scheduled early.
+KOKKOS_INLINE_FUNCTION void allow_dependent_grids() {}
 // The fused step's timeline clocks (see the CUDA backend): one steady clock for both, one
 // "multiprocessor".
 inline std::uint64_t global_ns() {
