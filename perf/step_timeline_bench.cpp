@@ -18,6 +18,16 @@
 
 namespace {
 
+// What a tile was: a product's job (its m × n, k chunks, splits) or the kind of tile.
+std::string what(const zs::TileTimes& t) {
+  static const char* const kinds[] = {"product", "dueling", "loss", "loss totals", "dueling and loss"};
+  if (t.job < 0) return kinds[t.kind < 5 ? t.kind : 0];
+  char s[128];
+  std::snprintf(s, sizeof s, "job %d, %d × %d, %d chunks%s", t.job, t.m, t.n, t.chunks,
+                t.splits > 1 ? (", split " + std::to_string(t.splits)).c_str() : "");
+  return s;
+}
+
 std::string phase_table(const std::vector<zs::TileTimes>& tiles) {
   std::uint64_t t0 = UINT64_MAX;
   int phases = 0;
@@ -39,21 +49,21 @@ std::string phase_table(const std::vector<zs::TileTimes>& tiles) {
     std::uint64_t first = UINT64_MAX, last_begin = 0, last_end = 0, wait = 0;
     std::set<int> sms;
     std::vector<std::uint64_t> work;
-    int longest_tile = 0;
+    zs::TileTimes longest{};
     for (const auto& t : mine) {
       first = std::min(first, t.begin_ns);
       last_begin = std::max(last_begin, t.begin_ns);
       last_end = std::max(last_end, t.end_ns);
       wait = std::max(wait, t.wait_cycles);
       sms.insert(t.sm);
-      if (work.empty() || t.work_cycles > *std::max_element(work.begin(), work.end())) longest_tile = t.tile;
+      if (work.empty() || t.work_cycles > *std::max_element(work.begin(), work.end())) longest = t;
       work.push_back(t.work_cycles);
     }
     std::sort(work.begin(), work.end());
     const double begins = (first - t0) * 1e-3, ends = (last_end - t0) * 1e-3;
-    std::snprintf(line, sizeof line, "| %d | %zu | %zu | %.2f | %.2f | %.2f | %.2f | %.1f (%d) | %.1f | %.1f |\n", p,
-                  mine.size(), sms.size(), begins, (last_begin - t0) * 1e-3, ends, p == 0 ? 0.0 : begins - prev_end,
-                  work.back() * 1e-3, longest_tile, work[work.size() / 2] * 1e-3, wait * 1e-3);
+    std::snprintf(line, sizeof line, "| %d | %zu | %zu | %.2f | %.2f | %.2f | %.2f | %.1f (tile %d: %s) | %.1f | %.1f |\n",
+                  p, mine.size(), sms.size(), begins, (last_begin - t0) * 1e-3, ends, p == 0 ? 0.0 : begins - prev_end,
+                  work.back() * 1e-3, longest.tile, what(longest).c_str(), work[work.size() / 2] * 1e-3, wait * 1e-3);
     out += line;
     prev_end = ends;
   }

@@ -319,6 +319,13 @@ TEST(TileProduct, TheTimelineStampsEveryTileAndChangesNoResult) {
         const int phase = i < static_cast<std::size_t>(k.tiles(0)) ? 0 : 1;
         EXPECT_EQ(t.phase, phase) << "tile " << i;
         EXPECT_EQ(t.tile, phase == 0 ? static_cast<int>(i) : static_cast<int>(i) - k.tiles(0));
+        // Each phase is one product job: its shape and its chunks of 32.
+        EXPECT_EQ(t.kind, static_cast<int>(zs::kernels::FusedTileKind::product));
+        EXPECT_EQ(t.job, phase);
+        EXPECT_EQ(t.m, R);
+        EXPECT_EQ(t.n, phase == 0 ? W1 : W2);
+        EXPECT_EQ(t.chunks, phase == 0 ? (S + 31) / 32 : (W1 + 31) / 32);
+        EXPECT_EQ(t.splits, 1);
         EXPECT_GT(t.begin_ns, 0u) << "tile " << i;
         EXPECT_GE(t.end_ns, t.begin_ns) << "tile " << i;
         EXPECT_LT(t.work_cycles, std::uint64_t{1} << 40) << "tile " << i;  // an end before its wait would wrap

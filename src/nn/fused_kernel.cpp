@@ -314,6 +314,7 @@ FusedKernel FusedBuilder::build(FusedProgramOnDevice program, std::size_t scratc
     const std::size_t all = std::accumulate(phase_tiles.begin(), phase_tiles.end(), std::size_t{0});
     k.timeline_ = Kokkos::View<std::uint64_t*, MemSpace>("zs::fused::timeline", kernels::kTileClocks * all);
     program.timeline = k.timeline_.data();
+    k.timeline_jobs_ = jobs;
   }
   k.program_ = program;
   k.shape_ = {Product::kTeamSize, WarpTile<ExecSpace>::kVectorLength, std::max(scratch_bytes, shape.scratch_bytes)};
@@ -401,6 +402,17 @@ std::vector<TileTimes> FusedKernel::timeline() const {
       x.end_ns = at(i, TileClock::end_ns);
       x.wait_cycles = at(i, TileClock::waited_cycles) - at(i, TileClock::begin_cycles);
       x.work_cycles = at(i, TileClock::end_cycles) - at(i, TileClock::waited_cycles);
+      int it = program_.phase_item[p];
+      while (it + 1 < program_.phase_item[p + 1] && program_.item_tile0[it + 1] <= t) ++it;
+      x.kind = program_.item_code[it] & 7;
+      if (x.kind == static_cast<int>(kernels::FusedTileKind::product)) {
+        x.job = program_.item_code[it] >> 3;
+        const kernels::ProductJob& j = timeline_jobs_[static_cast<std::size_t>(x.job)];
+        x.m = j.m;
+        x.n = j.n;
+        x.chunks = j.chunks;
+        x.splits = j.splits;
+      }
       out.push_back(x);
     }
   return out;

@@ -94,9 +94,12 @@ struct FusedOptions {
   bool timeline = false;
 };
 
-// One tile of the last launch, as the timeline (FusedOptions::timeline) kept it.
+// One tile of the last launch, as the timeline (FusedOptions::timeline) kept it, and what it
+// was: its kind (kernels::FusedTileKind) and, for a product, its job's index, shape, k chunks
+// and splits.
 struct TileTimes {
   int phase = 0, tile = 0, sm = 0;
+  int kind = 0, job = -1, m = 0, n = 0, chunks = 0, splits = 1;
   std::uint64_t begin_ns = 0, end_ns = 0;          // the global timer
   std::uint64_t wait_cycles = 0, work_cycles = 0;  // before and after its wait for the grids before it
 };
@@ -192,6 +195,7 @@ class FusedKernel {
   Kokkos::View<int, MemSpace> arrived_;      // tiles of the norm's phase done
   Kokkos::View<double, MemSpace> norm_;      // where the norm goes (set_norm_tail: the caller's)
   Kokkos::View<std::uint64_t*, MemSpace> timeline_;  // FusedOptions::timeline
+  std::vector<kernels::ProductJob> timeline_jobs_;   // the jobs as built, for timeline()'s tiles
 };
 
 }  // namespace zs
