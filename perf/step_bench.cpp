@@ -8,20 +8,15 @@
 #include <string>
 
 #include "bench_util.hpp"
+#include "step_setup.hpp"
 #include "train/trainer.hpp"
 
 namespace {
 
-zs::Config bench_config(int width, int heads) {
-  zs::Config c;
-  c.trunk = {width, width};
-  c.head_hidden = heads;
-  return c;
-}
-
-void fill_batch(zs::Trainer& t) {
-  zs::upload(t.stream().exec(), t.config(), zs::random_batch(t.config(), t.batch().size, 42), t.batch());
-}
+using zs::bench::bench_config;
+using zs::bench::fill_batch;
+using zs::bench::fused_config_at;
+using zs::bench::fused_options_at;
 
 // bench_config with, when `aux` is not 0, every auxiliary on (IQN, a 2-member ensemble, CQL).
 zs::Config aux_config(int width, int heads, long aux) {
@@ -46,17 +41,6 @@ void time_steps(benchmark::State& state, const zs::Config& c, const zs::TrainerO
 
 // time_steps for a trainer that must take the fused step (opt.fused_step), 20 steps per timing,
 // with the fused kernel's launches per step; an error, not a timing, when the trainer declines it.
-// The fused benchmarks' network at batch B (trunk 256, heads 128; from B = 4096 trunk 512,
-// heads 256) and their options: the fused step at every batch, whichever the default picks.
-zs::Config fused_config_at(int B) { return B >= 4096 ? bench_config(512, 256) : bench_config(256, 128); }
-zs::TrainerOptions fused_options_at(int B) {
-  zs::TrainerOptions opt;
-  opt.fused_step = true;
-  opt.fused_max_batch = 1 << 30;
-  opt.batch_size = B;
-  return opt;
-}
-
 void time_fused_steps(benchmark::State& state, const zs::Config& c, const zs::TrainerOptions& opt) {
   zs::Trainer t(c, opt);
   if (!t.fused()) {

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "bench_util.hpp"
+#include "step_setup.hpp"
 #include "train/trainer.hpp"
 
 namespace {
@@ -49,14 +50,14 @@ std::string phase_table(const std::vector<zs::TileTimes>& tiles) {
     std::uint64_t first = UINT64_MAX, last_begin = 0, last_end = 0, wait = 0;
     std::set<int> sms;
     std::vector<std::uint64_t> work;
-    zs::TileTimes longest{};
+    zs::TileTimes longest = mine.front();
     for (const auto& t : mine) {
       first = std::min(first, t.begin_ns);
       last_begin = std::max(last_begin, t.begin_ns);
       last_end = std::max(last_end, t.end_ns);
       wait = std::max(wait, t.wait_cycles);
       sms.insert(t.sm);
-      if (work.empty() || t.work_cycles > *std::max_element(work.begin(), work.end())) longest = t;
+      if (t.work_cycles > longest.work_cycles) longest = t;
       work.push_back(t.work_cycles);
     }
     std::sort(work.begin(), work.end());
@@ -76,21 +77,15 @@ std::string phase_table(const std::vector<zs::TileTimes>& tiles) {
 void BM_StepTimeline(benchmark::State& state) {
   const int B = static_cast<int>(state.range(0)), early = static_cast<int>(state.range(1));
   const bool timeline = state.range(2) != 0;
-  zs::Config c;
-  c.trunk = {256, 256};
-  c.head_hidden = 128;
-  zs::TrainerOptions opt;
-  opt.fused_step = true;
-  opt.fused_max_batch = 1 << 30;
-  opt.batch_size = B;
+  zs::TrainerOptions opt = zs::bench::fused_options_at(B);
   opt.fused.dependents_early = early;
   opt.fused.timeline = timeline;
-  zs::Trainer t(c, opt);
+  zs::Trainer t(zs::bench::fused_config_at(B), opt);
   if (!t.fused()) {
     state.SkipWithError(("the fused step is off: " + t.fused_off_reason()).c_str());
     return;
   }
-  zs::upload(t.stream().exec(), c, zs::random_batch(c, B, 42), t.batch());
+  zs::bench::fill_batch(t);
   zs::bench::time_on_stream(state, t.stream(), [&] { t.step(); }, 20);
   t.synchronize();
   // Google Benchmark may call this more than once for the same arguments: one table each.

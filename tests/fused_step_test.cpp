@@ -439,46 +439,43 @@ TEST(FusedC51, GraphReplayEqualsDirectLaunchAndTheLaunchModesAgree) {
   for (const auto& j : {small_net(seed), with_every_auxiliary(small_net(seed))}) {
     SCOPED_TRACE(j.dump());
     const auto c = zs::Config::from_json(j);
-    zs::Trainer graph(c, fused_options(16)), direct(c, fused_options(16)),
-        launches(c, launches_like_persistent(16));
+    zs::Trainer graph(c, fused_options(16)), direct(c, fused_options(16));
     zs::test::step_on_same_batches(graph, direct, 6, seed + 100, [](zs::Trainer& g, zs::Trainer& d) {
       g.step();
       d.step_direct();
     });
-    // `other` and a fresh trainer of the default options stepped on the same batches: `other`
-    // is then compared with `graph` below.
-    std::vector<std::unique_ptr<zs::Trainer>> baselines;
-    auto step_beside_default = [&](zs::Trainer& other) {
+    // A trainer of options `o` and a fresh trainer of the default options, stepped on the same
+    // batches: both are compared with `graph` below.
+    std::vector<std::unique_ptr<zs::Trainer>> others, baselines;
+    auto beside_default = [&](const zs::TrainerOptions& o) -> const zs::Trainer& {
+      others.push_back(std::make_unique<zs::Trainer>(c, o));
       baselines.push_back(std::make_unique<zs::Trainer>(c, fused_options(16)));
-      zs::test::step_on_same_batches(*baselines.back(), other, 6, seed + 100, [](zs::Trainer& g, zs::Trainer& l) {
-        g.step();
-        l.step();
-      });
+      zs::test::step_on_same_batches(*baselines.back(), *others.back(), 6, seed + 100,
+                                     [](zs::Trainer& g, zs::Trainer& l) {
+                                       g.step();
+                                       l.step();
+                                     });
+      return *others.back();
     };
-    step_beside_default(launches);
+    beside_default(launches_like_persistent(16));
     // A launch per phase of the one kernel of every kind, not each phase's own.
     auto one = fused_options(16, zs::PhasedMode::launches);
     one.fused.kernel_per_kind = false;
-    zs::Trainer one_kernel(c, one);
-    step_beside_default(one_kernel);
+    beside_default(one);
     // Four stages change when a tile's copies land, not what it adds in which order: the same bits
     // as three.
     auto four = launches_like_persistent(16);
     four.fused.tile_stages = 4;
-    zs::Trainer staged(c, four);
-    step_beside_default(staged);
-    EXPECT_EQ(staged.fused_kernel()->tile_stages(), 4);
+    EXPECT_EQ(beside_default(four).fused_kernel()->tile_stages(), 4);
     // Product tiles that read their tables before they wait for the launch before theirs
     // (programmatic launch, the default where the backend has it): the same bits.
     auto early = launches_like_persistent(16);
     early.fused.tables_before_wait = true;
-    zs::Trainer early_tables(c, early);
-    step_beside_default(early_tables);
+    beside_default(early);
     // The next phase's launch scheduled once every tile is past its chunk loop: the same bits.
     auto dependents = launches_like_persistent(16);
     dependents.fused.dependents_early = 2;
-    zs::Trainer early_dependents(c, dependents);
-    step_beside_default(early_dependents);
+    beside_default(dependents);
     // The other tile shapes (the default is 32 × 32): persistent and a launch per phase agree.
     // (Across shapes only the bias gradients' row sums differ, summed by more or fewer threads of a
     // tile on CUDA.)
@@ -496,9 +493,12 @@ TEST(FusedC51, GraphReplayEqualsDirectLaunchAndTheLaunchModesAgree) {
       EXPECT_TRUE(zs::test::same_bits(host_copy(gp.optimizer().v().flat()), host_copy(gl.optimizer().v().flat())));
     }
     EXPECT_TRUE(graph.graph_recorded());
-    for (const zs::Trainer* other : {&direct, baselines[0].get(), &launches, baselines[1].get(), &one_kernel,
-                                     baselines[2].get(), &staged, baselines[3].get(), &early_tables,
-                                     baselines[4].get(), &early_dependents}) {
+    std::vector<const zs::Trainer*> compared = {&direct};
+    for (std::size_t i = 0; i < others.size(); ++i) {
+      compared.push_back(baselines[i].get());
+      compared.push_back(others[i].get());
+    }
+    for (const zs::Trainer* other : compared) {
       EXPECT_TRUE(zs::test::same_bits(host_copy(graph.online().flat()), host_copy(other->online().flat())));
       EXPECT_TRUE(zs::test::same_bits(host_copy(graph.target().flat()), host_copy(other->target().flat())));
       EXPECT_TRUE(zs::test::same_bits(host_copy(graph.optimizer().v().flat()), host_copy(other->optimizer().v().flat())));

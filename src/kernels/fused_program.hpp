@@ -74,6 +74,13 @@ struct FusedProgram {
 
   static KOKKOS_INLINE_FUNCTION constexpr int item_code_of(int kind, int job) { return kind | job << 3; }
 
+  // The item that holds tile t of phase p.
+  KOKKOS_INLINE_FUNCTION int item_of(int p, int t) const {
+    int it = phase_item[p];
+    while (it + 1 < phase_item[p + 1] && item_tile0[it + 1] <= t) ++it;
+    return it;
+  }
+
   KOKKOS_INLINE_FUNCTION void tile(const Member& team, int p, int t, void* scratch) const {
     if (tile_rows == 64)
       tile_of<kAllKinds, 64, 32>(team, p, t, scratch);
@@ -93,8 +100,7 @@ struct FusedProgram {
   KOKKOS_INLINE_FUNCTION void tile_of(const Member& team, int p, int t, void* scratch) const {
     if (timeline) stamp(team, p, t, TileClock::begin_ns, global_ns());
     if (timeline) stamp(team, p, t, TileClock::begin_cycles, sm_cycles());
-    int it = phase_item[p];
-    while (it + 1 < phase_item[p + 1] && item_tile0[it + 1] <= t) ++it;
+    const int it = item_of(p, t);
     const int code = item_code[it], local = t - item_tile0[it];
     const bool early = tables_before_wait != 0 && static_cast<FusedTileKind>(code & 7) == FusedTileKind::product;
     if (!early) wait_for_prior_grids();

@@ -402,8 +402,7 @@ std::vector<TileTimes> FusedKernel::timeline() const {
       x.end_ns = at(i, TileClock::end_ns);
       x.wait_cycles = at(i, TileClock::waited_cycles) - at(i, TileClock::begin_cycles);
       x.work_cycles = at(i, TileClock::end_cycles) - at(i, TileClock::waited_cycles);
-      int it = program_.phase_item[p];
-      while (it + 1 < program_.phase_item[p + 1] && program_.item_tile0[it + 1] <= t) ++it;
+      const int it = program_.item_of(p, t);
       x.kind = program_.item_code[it] & 7;
       if (x.kind == static_cast<int>(kernels::FusedTileKind::product)) {
         x.job = program_.item_code[it] >> 3;
