@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <set>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -29,6 +30,11 @@ std::string what(const zs::TileTimes& t) {
   return s;
 }
 
+double median(std::vector<std::uint64_t> v) {
+  std::sort(v.begin(), v.end());
+  return static_cast<double>(v[v.size() / 2]);
+}
+
 std::string phase_table(const std::vector<zs::TileTimes>& tiles) {
   std::uint64_t t0 = UINT64_MAX;
   int phases = 0;
@@ -38,8 +44,9 @@ std::string phase_table(const std::vector<zs::TileTimes>& tiles) {
   }
   std::string out =
       "| phase | tiles | SMs | first begins (µs) | last begins | last ends | gap after the phase before | "
-      "longest tile (kcycles, tile) | median tile | longest wait (kcycles) |\n"
-      "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n";
+      "longest tile (kcycles, tile) | median tile | longest wait (kcycles) | "
+      "products' medians: first chunk / chunk loop / epilogue / tail (kcycles) |\n"
+      "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |\n";
   double prev_end = 0;
   char line[512];
   for (int p = 0; p < phases; ++p) {
@@ -49,7 +56,7 @@ std::string phase_table(const std::vector<zs::TileTimes>& tiles) {
     if (mine.empty()) continue;
     std::uint64_t first = UINT64_MAX, last_begin = 0, last_end = 0, wait = 0;
     std::set<int> sms;
-    std::vector<std::uint64_t> work;
+    std::vector<std::uint64_t> work, first_chunk, loop, epilogue, tail;
     zs::TileTimes longest = mine.front();
     for (const auto& t : mine) {
       first = std::min(first, t.begin_ns);
@@ -59,12 +66,24 @@ std::string phase_table(const std::vector<zs::TileTimes>& tiles) {
       sms.insert(t.sm);
       if (t.work_cycles > longest.work_cycles) longest = t;
       work.push_back(t.work_cycles);
+      if (t.job >= 0) {
+        first_chunk.push_back(t.first_chunk_cycles);
+        loop.push_back(t.chunk_loop_cycles);
+        epilogue.push_back(t.epilogue_cycles);
+        tail.push_back(t.work_cycles - t.first_chunk_cycles - t.chunk_loop_cycles - t.epilogue_cycles);
+      }
     }
     std::sort(work.begin(), work.end());
+    char parts[128] = "—";
+    if (!first_chunk.empty())
+      std::snprintf(parts, sizeof parts, "%.1f / %.1f / %.1f / %.1f", median(first_chunk) * 1e-3, median(loop) * 1e-3,
+                    median(epilogue) * 1e-3, median(tail) * 1e-3);
     const double begins = (first - t0) * 1e-3, ends = (last_end - t0) * 1e-3;
-    std::snprintf(line, sizeof line, "| %d | %zu | %zu | %.2f | %.2f | %.2f | %.2f | %.1f (tile %d: %s) | %.1f | %.1f |\n",
-                  p, mine.size(), sms.size(), begins, (last_begin - t0) * 1e-3, ends, p == 0 ? 0.0 : begins - prev_end,
-                  work.back() * 1e-3, longest.tile, what(longest).c_str(), work[work.size() / 2] * 1e-3, wait * 1e-3);
+    std::snprintf(line, sizeof line,
+                  "| %d | %zu | %zu | %.2f | %.2f | %.2f | %.2f | %.1f (tile %d: %s) | %.1f | %.1f | %s |\n", p,
+                  mine.size(), sms.size(), begins, (last_begin - t0) * 1e-3, ends, p == 0 ? 0.0 : begins - prev_end,
+                  work.back() * 1e-3, longest.tile, what(longest).c_str(), work[work.size() / 2] * 1e-3, wait * 1e-3,
+                  parts);
     out += line;
     prev_end = ends;
   }
@@ -73,13 +92,16 @@ std::string phase_table(const std::vector<zs::TileTimes>& tiles) {
 
 // The default trainer at batch B (trunk 256, heads 128), the next phase's launch scheduled early
 // or not (FusedOptions::dependents_early 0, 1, 2), the timeline on (1; its table printed) or off
-// (0: the same step's time without the stamps). Args: batch, early, timeline.
+// (0: the same step's time without the stamps), a launch per phase (persistent 0) or one
+// persistent launch with grid barriers between the phases (1). Args: batch, early, timeline,
+// persistent.
 void BM_StepTimeline(benchmark::State& state) {
   const int B = static_cast<int>(state.range(0)), early = static_cast<int>(state.range(1));
-  const bool timeline = state.range(2) != 0;
+  const bool timeline = state.range(2) != 0, persistent = state.range(3) != 0;
   zs::TrainerOptions opt = zs::bench::fused_options_at(B);
   opt.fused.dependents_early = early;
   opt.fused.timeline = timeline;
+  if (persistent) opt.fused.mode = zs::PhasedMode::persistent;
   zs::Trainer t(zs::bench::fused_config_at(B), opt);
   if (!t.fused()) {
     state.SkipWithError(("the fused step is off: " + t.fused_off_reason()).c_str());
@@ -89,14 +111,19 @@ void BM_StepTimeline(benchmark::State& state) {
   zs::bench::time_on_stream(state, t.stream(), [&] { t.step(); }, 20);
   t.synchronize();
   // Google Benchmark may call this more than once for the same arguments: one table each.
-  static std::set<std::pair<int, int>> printed;
-  if (!timeline || !printed.insert({B, early}).second) return;
-  std::fprintf(stderr, "\nBM_StepTimeline B = %d, dependents_early %d, the last step's phases:\n%s\n", B, early,
+  static std::set<std::tuple<int, int, bool>> printed;
+  if (!timeline || !printed.insert({B, early, persistent}).second) return;
+  std::fprintf(stderr, "\nBM_StepTimeline B = %d, dependents_early %d, %s, the last step's phases:\n%s\n", B, early,
+               persistent ? "one persistent launch" : "a launch per phase",
                phase_table(t.fused_kernel()->timeline()).c_str());
 }
 BENCHMARK(BM_StepTimeline)
-    ->ArgNames({"B", "early", "timeline"})
-    ->ArgsProduct({{64, 256}, {0, 1, 2}, {0, 1}})
+    ->ArgNames({"B", "early", "timeline", "persistent"})
+    ->ArgsProduct({{64, 256}, {0, 1, 2}, {0, 1}, {0}})
+    ->Args({64, 0, 0, 1})
+    ->Args({64, 0, 1, 1})
+    ->Args({256, 0, 0, 1})
+    ->Args({256, 0, 1, 1})
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 

@@ -472,10 +472,13 @@ TEST(FusedC51, GraphReplayEqualsDirectLaunchAndTheLaunchModesAgree) {
     auto early = launches_like_persistent(16);
     early.fused.tables_before_wait = true;
     beside_default(early);
-    // The next phase's launch scheduled once every tile is past its chunk loop: the same bits.
-    auto dependents = launches_like_persistent(16);
-    dependents.fused.dependents_early = 2;
-    beside_default(dependents);
+    // The next phase's launch scheduled once every block has exited (0) or finished its tile (1),
+    // not once every product tile is past its chunk loop (2, the default): the same bits.
+    for (const int when : {0, 1}) {
+      auto dependents = launches_like_persistent(16);
+      dependents.fused.dependents_early = when;
+      beside_default(dependents);
+    }
     // The other tile shapes (the default is 32 × 32): persistent and a launch per phase agree.
     // (Across shapes only the bias gradients' row sums differ, summed by more or fewer threads of a
     // tile on CUDA.)

@@ -313,7 +313,7 @@ TEST(TileProduct, TheTimelineStampsEveryTileAndChangesNoResult) {
         continue;
       }
       ASSERT_EQ(tiles.size(), static_cast<std::size_t>(k.tiles(0) + k.tiles(1)));
-      std::uint64_t first_phase_ends = 0;
+      std::uint64_t first_phase_ends = 0, parts = 0;
       for (std::size_t i = 0; i < tiles.size(); ++i) {
         const auto& t = tiles[i];
         const int phase = i < static_cast<std::size_t>(k.tiles(0)) ? 0 : 1;
@@ -331,6 +331,9 @@ TEST(TileProduct, TheTimelineStampsEveryTileAndChangesNoResult) {
         EXPECT_LT(t.work_cycles, std::uint64_t{1} << 40) << "tile " << i;  // an end before its wait would wrap
         EXPECT_LT(t.wait_cycles, std::uint64_t{1} << 40) << "tile " << i;
         EXPECT_GE(t.sm, 0);
+        // The product's parts (first chunk, chunk loop, epilogue) lie inside its work.
+        EXPECT_LE(t.first_chunk_cycles + t.chunk_loop_cycles + t.epilogue_cycles, t.work_cycles) << "tile " << i;
+        parts += t.first_chunk_cycles + t.chunk_loop_cycles + t.epilogue_cycles;
         if (phase == 0) first_phase_ends = std::max(first_phase_ends, t.end_ns);
         // Outside a graph the phases' launches (or the persistent launch's grid barrier) keep them
         // in order: phase 1's tiles read what phase 0's wrote.
@@ -338,6 +341,7 @@ TEST(TileProduct, TheTimelineStampsEveryTileAndChangesNoResult) {
           EXPECT_GE(t.begin_ns, first_phase_ends) << "tile " << i;
         }
       }
+      EXPECT_GT(parts, 0u) << "no product stamped its parts";
     }
     EXPECT_TRUE(zs::test::same_bits(results[0], results[1]));
   }

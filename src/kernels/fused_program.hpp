@@ -27,9 +27,21 @@ inline constexpr int kFusedMaxPhases = 24;
 
 // What the timeline (FusedOptions::timeline) keeps of each tile: the global timer (ns) at its
 // start and end, its multiprocessor's cycle counter at its start, once it has waited for the
-// grids before its launch, and at its end, and that multiprocessor's index.
-enum class TileClock : int { begin_ns = 0, begin_cycles, waited_cycles, end_cycles, end_ns, sm };
-inline constexpr int kTileClocks = 6;
+// grids before its launch, and at its end, and that multiprocessor's index. A product tile also
+// stamps the cycles once its first chunk has landed in scratch, once its chunk loop is done and
+// once its epilogue has stored (TileProduct::run's clocks: these three, in this order).
+enum class TileClock : int {
+  begin_ns = 0,
+  begin_cycles,
+  waited_cycles,
+  end_cycles,
+  end_ns,
+  sm,
+  landed_cycles,
+  multiplied_cycles,
+  stored_cycles
+};
+inline constexpr int kTileClocks = 9;
 // Items of all phases together: they ride in the kernel's parameters (FusedProgram::item_tile0).
 inline constexpr int kFusedMaxItems = 128;
 
@@ -112,10 +124,11 @@ struct FusedProgram {
           // The splits of one output tile are neighbours: they run at about the same time, so the
           // last one finds the others' partials still in L2.
           const int per_row = job.tiles_n * job.splits, rest = local % per_row;
-          TileProduct<Exec, Rows, Cols, Stages>::run(team, static_cast<float*>(scratch), job,
-                                                     segments.data() + item_seg0[it], local / per_row,
-                                                     rest / job.splits, rest % job.splits, early,
-                                                     dependents_early == 2);
+          TileProduct<Exec, Rows, Cols, Stages>::run(
+              team, static_cast<float*>(scratch), job, segments.data() + item_seg0[it], local / per_row,
+              rest / job.splits, rest % job.splits, early, dependents_early == 2,
+              timeline ? timeline + kTileClocks * tile_index(p, t) + static_cast<int>(TileClock::landed_cycles)
+                       : nullptr);
         }
         break;
       case FusedTileKind::dueling:
@@ -152,9 +165,13 @@ struct FusedProgram {
   // clock stays in a register across the tile.
   KOKKOS_INLINE_FUNCTION void stamp(const Member& team, int p, int t, TileClock c, std::uint64_t v) const {
     if (team.team_rank() != 0) return;
-    int at = t;
-    for (int q = 0; q < p; ++q) at += phase_tiles[q];
+    const int at = tile_index(p, t);
     Kokkos::single(Kokkos::PerThread(team), [&]() { timeline[kTileClocks * at + static_cast<int>(c)] = v; });
+  }
+  // Tile t of phase p among every phase's tiles.
+  KOKKOS_INLINE_FUNCTION int tile_index(int p, int t) const {
+    for (int q = 0; q < p; ++q) t += phase_tiles[q];
+    return t;
   }
 };
 

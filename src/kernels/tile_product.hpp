@@ -127,10 +127,14 @@ struct TileProduct {
   // wait: the tile itself waits for the grids its launch follows (wait_for_prior_grids), once
   // its job and segments are read (tables written before the step) and before its first copy of
   // an operand.
+  // clocks: when given, the multiprocessor's cycles once the first chunk has landed (clocks[0]),
+  // once the chunk loop is done (clocks[1]) and once the epilogue has stored (clocks[2]), stored
+  // by the team's first thread (FusedOptions::timeline).
   template <class Member>
   KOKKOS_INLINE_FUNCTION static void run(const Member& team, float* scratch, const ProductJob& job,
                                          const ProductSegment* segments, int tm, int tn, int split = 0,
-                                         bool wait = false, bool trigger = false) {
+                                         bool wait = false, bool trigger = false,
+                                         std::uint64_t* clocks = nullptr) {
     const int m0 = tm * kM, n0 = tn * kN;
     const int tid = kHost ? 0 : team.team_rank() * Tile::kVectorLength + Tile::lane();
     const bool sums = job.row_sums != nullptr && tn == 0;
@@ -145,7 +149,7 @@ struct TileProduct {
         for (int j = 0; j < kTn; ++j) acc[s][i][j].zero();
     float rsum[kRowSumsPerThread];
     for (int r = 0; r < kRowSumsPerThread; ++r) rsum[r] = 0.f;
-    const Chunks c{job, segments, scratch, m0, n0, first, count, sums, tid, wait};
+    const Chunks c{job, segments, scratch, m0, n0, first, count, sums, tid, wait, clocks};
     switch ((job.a_km ? 1 : 0) | (job.b_km ? 2 : 0) | (job.vec ? 4 : 0)) {
       case 0: accumulate<false, false, false>(team, c, acc, rsum); break;
       case 1: accumulate<true, false, false>(team, c, acc, rsum); break;
@@ -156,6 +160,7 @@ struct TileProduct {
       case 6: accumulate<false, true, true>(team, c, acc, rsum); break;
       default: accumulate<true, true, true>(team, c, acc, rsum); break;
     }
+    mark(team, clocks, 1);
     if (trigger) allow_dependent_grids();
     if (sums && kSumParts > 1) {
       float* const parts = scratch + kStages * kStageFloats;
@@ -185,9 +190,17 @@ struct TileProduct {
       }
     }
     if (job.squares) store_squares(team, scratch, job.squares + tm * job.tiles_n + tn, squares, tid);
+    mark(team, clocks, 2);
   }
 
  private:
+  // clocks[i] = this multiprocessor's cycles, by the team's first thread (run's clocks).
+  template <class Member>
+  KOKKOS_FORCEINLINE_FUNCTION static void mark(const Member& team, std::uint64_t* clocks, int i) {
+    if (clocks == nullptr || team.team_rank() != 0) return;
+    Kokkos::single(Kokkos::PerThread(team), [&]() { clocks[i] = sm_cycles(); });
+  }
+
   // Threads that share each row's sum of A (each takes kK / kSumParts of every chunk's k); the
   // parts meet in kSumFloats of scratch past the stages, in a fixed order.
   static constexpr int kSumParts = kHost ? 1 : kThreads / kM;
@@ -322,6 +335,7 @@ struct TileProduct {
     bool sums;
     int tid;
     bool wait;  // wait_for_prior_grids() before the first copy
+    std::uint64_t* clocks;  // run's clocks, or null
   };
 
   // acc (and rsum) += the products of chunks [first, first + count) of the job, every copy into
@@ -346,6 +360,7 @@ struct TileProduct {
     for (int done = 0; done < c.count; ++done) {
       Tile::template wait_copies<kStages - 2>();  // chunk `buf` has landed (this thread's part) …
       team.team_barrier();  // … everyone's, and every thread is done with the stage refilled next
+      if (done == 0) mark(team, c.clocks, 0);
       if (issued < c.count) {
         const int to = buf + kStages - 1 < kStages ? buf + kStages - 1 : buf - 1;
         next.stage(c.scratch + to * kStageFloats, c.job, c.segments, c.m0, c.n0, c.tid);

@@ -411,6 +411,14 @@ std::vector<TileTimes> FusedKernel::timeline() const {
         x.n = j.n;
         x.chunks = j.chunks;
         x.splits = j.splits;
+        const std::uint64_t waited = at(i, TileClock::waited_cycles), landed = at(i, TileClock::landed_cycles),
+                            multiplied = at(i, TileClock::multiplied_cycles), stored = at(i, TileClock::stored_cycles);
+        // A tile of no chunks stamps no landing; each stamp is this launch's when they are in order.
+        if (waited <= landed && landed <= multiplied && multiplied <= stored) {
+          x.first_chunk_cycles = landed - waited;
+          x.chunk_loop_cycles = multiplied - landed;
+          x.epilogue_cycles = stored - multiplied;
+        }
       }
       out.push_back(x);
     }

@@ -65,7 +65,9 @@ struct FusedOptions {
   // Either way the next phase's tiles wait for this phase to finish before they read anything it
   // writes: the same results. (The sixteenth session's trigger as soon as a block started made
   // B = 256 slower: the next launch's blocks took the multiprocessors that freed first.)
-  int dependents_early = 0;
+  // H100, BM_StepTimeline (2026-12-05, twenty-third session), µs a step at B = 64 / 256: 0
+  // 80.0 / 103.5, 1 79.6 / 103.5, 2 79.1 / 102.4: the default.
+  int dependents_early = 2;
   // The dueling head's and the loss's own kernels (kernel_per_kind): team threads × vector lanes
   // (lanes 1, 2, 4, 8, 16 or 32; at most 1,024 in all). A dueling tile's log-softmaxes go a team
   // thread per (row, action) with its lanes over atoms, the loss's a* terms a thread per action:
@@ -102,6 +104,11 @@ struct TileTimes {
   int kind = 0, job = -1, m = 0, n = 0, chunks = 0, splits = 1;
   std::uint64_t begin_ns = 0, end_ns = 0;          // the global timer
   std::uint64_t wait_cycles = 0, work_cycles = 0;  // before and after its wait for the grids before it
+  // A product's work_cycles in parts: until its first chunk had landed in scratch (its tables' and
+  // first operands' loads), its chunk loop, its epilogue (and row sums, and norm squares); what is
+  // left of work_cycles is its tile's tail (the team barrier, the norm's tail in its last tile).
+  // 0 for other kinds of tile.
+  std::uint64_t first_chunk_cycles = 0, chunk_loop_cycles = 0, epilogue_cycles = 0;
 };
 
 using FusedProgramOnDevice = kernels::FusedProgram<ExecSpace>;
