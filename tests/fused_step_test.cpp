@@ -479,6 +479,10 @@ TEST(FusedC51, GraphReplayEqualsDirectLaunchAndTheLaunchModesAgree) {
       dependents.fused.dependents_early = when;
       beside_default(dependents);
     }
+    // The epilogue's bias and mask staged into scratch with the first chunk: the same bits.
+    auto staged = launches_like_persistent(16);
+    staged.fused.stage_epilogue = true;
+    EXPECT_GT(beside_default(staged).fused_kernel()->staged_epilogue_jobs(), 0);
     // The other tile shapes (the default is 32 × 32): persistent and a launch per phase agree.
     // (Across shapes only the bias gradients' row sums differ, summed by more or fewer threads of a
     // tile on CUDA.)

@@ -39,6 +39,23 @@ struct WaitsItself : std::false_type {};
 template <class F>
 struct WaitsItself<F, std::void_t<decltype(F::kWaitsForPriorGrids)>> : std::bool_constant<F::kWaitsForPriorGrids> {};
 
+// F::kMinTeamsPerSm, 0 when F has none: a launch of one phase of F is compiled so that this many
+// teams of F::kTeamThreads threads fit on a multiprocessor at once (CUDA's launch bounds: the
+// registers a thread may take), so that code added to a tile cannot quietly cost a phase its
+// single wave; 0: no bounds.
+template <class F, class = void>
+struct MinTeamsPerSm : std::integral_constant<unsigned, 0> {};
+template <class F>
+struct MinTeamsPerSm<F, std::void_t<decltype(F::kMinTeamsPerSm)>> : std::integral_constant<unsigned, F::kMinTeamsPerSm> {};
+template <class Exec, class F, bool Bounded = (MinTeamsPerSm<F>::value > 0)>
+struct PhasePolicy {
+  using type = Kokkos::TeamPolicy<Exec>;
+};
+template <class Exec, class F>
+struct PhasePolicy<Exec, F, true> {
+  using type = Kokkos::TeamPolicy<Exec, Kokkos::LaunchBounds<F::kTeamThreads, F::kMinTeamsPerSm>>;
+};
+
 template <class Exec, class F>
 struct OnePhase {
   using Member = typename Kokkos::TeamPolicy<Exec>::member_type;
@@ -77,7 +94,7 @@ struct EveryPhase {
 template <class Exec, class F>
 void launch_phase(const Exec& exec, const char* name, const F& f, const PhasedShape& shape, int p) {
   if (f.tiles(p) == 0) return;
-  Kokkos::TeamPolicy<Exec> policy(exec, f.tiles(p), shape.team_size, shape.vector_length);
+  typename phased_detail::PhasePolicy<Exec, F>::type policy(exec, f.tiles(p), shape.team_size, shape.vector_length);
   policy.set_scratch_size(0, Kokkos::PerTeam(shape.scratch_bytes));
   using One = phased_detail::OnePhase<Exec, F>;
   using Launch = AfterPriorGrids<One, phased_detail::WaitsItself<F>::value>;

@@ -19,13 +19,13 @@ using ProductOf = kernels::TileProduct<ExecSpace, Rows, Cols, Stages>;
 // What the builder needs of a tile shape; tiles: that shape's TileProduct::tiles.
 struct ProductShape {
   int rows = 64, cols = 32, stages = 3;
-  std::size_t partial_floats = 0, scratch_bytes = 0;
+  std::size_t partial_floats = 0, scratch_bytes = 0, epilogue_bytes = 0;
   int (*tiles)(int m, int n, int& tiles_m, int& tiles_n) = nullptr;
 };
 template <int Rows, int Cols, int Stages = 3>
 ProductShape shape_of() {
   using P = ProductOf<Rows, Cols, Stages>;
-  return {Rows, Cols, Stages, P::kPartialFloats, P::kScratchBytes, &P::tiles};
+  return {Rows, Cols, Stages, P::kPartialFloats, P::kScratchBytes, P::kEpilogueBytes, &P::tiles};
 }
 // The shapes the kernels are compiled for: 64 × 32, 32 × 32 and 32 × 16 in 3 stages, the 32-row
 // ones in 4 too (4 stages of 64 × 32 would pass the scratch budget). Any other: no tiles().
@@ -39,6 +39,14 @@ ProductShape product_shape(int rows, int cols, int stages) {
 bool known_shape(int rows, int cols, int stages) { return product_shape(rows, cols, stages).tiles != nullptr; }
 const char* const kKnownShapes = "expected 64 × 32, 32 × 32 or 32 × 16 in 3 stages, or 32 × 32 or 32 × 16 in 4";
 
+using kernels::FusedTileKind;
+using kernels::kind_bit;
+constexpr int kProducts = kind_bit(FusedTileKind::product) | kind_bit(FusedTileKind::c51_finish);
+constexpr int kDueling = kind_bit(FusedTileKind::dueling);
+constexpr int kLoss = kind_bit(FusedTileKind::c51_branch);
+constexpr int kHeadLoss = kind_bit(FusedTileKind::c51_head_branch);
+using kernels::kAllKinds;
+
 // The fused program with tile() compiled for the kinds in Kinds only and products of Rows × Cols
 // tiles in Stages stages (FusedProgram::tile_of).
 template <int Kinds, int Rows, int Cols, int Stages = 3>
@@ -47,6 +55,12 @@ struct PhaseOfKinds {
   // tile() waits for the grids its launch follows itself (FusedProgram::tile_of): a launch of
   // one phase need not wait first thing.
   static constexpr bool kWaitsForPriorGrids = true;
+  // A kernel of only 32-row products: four teams a multiprocessor (at most 128 registers a thread
+  // on CUDA), so that the widest product phase of the B = 256 step (480 tiles) stays one wave on
+  // 132 multiprocessors. At 136 registers (the timeline's stamps, unbounded) three fit, and that
+  // phase's last tiles waited for a second wave: the step took 107.5 µs against 104.1 (H100).
+  static constexpr unsigned kMinTeamsPerSm = Kinds == kProducts && Rows == 32 ? 4 : 0;
+  static constexpr unsigned kTeamThreads = kernels::TileProduct<ExecSpace, Rows, Cols, Stages>::kThreads;
   FusedProgramOnDevice f;
   KOKKOS_INLINE_FUNCTION int phases() const { return f.phases(); }
   KOKKOS_INLINE_FUNCTION int tiles(int p) const { return f.tiles(p); }
@@ -54,14 +68,6 @@ struct PhaseOfKinds {
     f.template tile_of<Kinds, Rows, Cols, Stages>(team, p, t, scratch);
   }
 };
-
-using kernels::FusedTileKind;
-using kernels::kind_bit;
-constexpr int kProducts = kind_bit(FusedTileKind::product) | kind_bit(FusedTileKind::c51_finish);
-constexpr int kDueling = kind_bit(FusedTileKind::dueling);
-constexpr int kLoss = kind_bit(FusedTileKind::c51_branch);
-constexpr int kHeadLoss = kind_bit(FusedTileKind::c51_head_branch);
-using kernels::kAllKinds;
 
 // Kokkos passes a functor of less than 4 KiB (its CudaTraits::KernelArgumentLimit, with the
 // policy beside it) as the kernel's parameters; a larger one goes through constant memory,
@@ -219,6 +225,12 @@ FusedKernel FusedBuilder::build(FusedProgramOnDevice program, std::size_t scratc
     j.chunks = 0;
     for (int s = 0; s < j.segs; ++s) j.chunks += Product::chunks_of(segments_[j.seg0 + s].k);
     const int tiles = j.tiles_m * j.tiles_n;
+    const auto on16 = [](const float* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; };
+    j.stage_epilogue = options.stage_epilogue && shape.epilogue_bytes > 0 && (j.bias || j.mask) &&
+                               (!j.bias || on16(j.bias)) && (!j.mask || (on16(j.mask) && j.mask_ld % 4 == 0))
+                           ? 1
+                           : 0;
+    k.staged_epilogue_jobs_ += j.stage_epilogue;
     j.splits = 1;
     if (options.split_chunks > 0 && j.chunks > options.split_chunks) {
       const int by_chunks = (j.chunks + options.split_chunks - 1) / options.split_chunks;
@@ -317,7 +329,8 @@ FusedKernel FusedBuilder::build(FusedProgramOnDevice program, std::size_t scratc
     k.timeline_jobs_ = jobs;
   }
   k.program_ = program;
-  k.shape_ = {Product::kTeamSize, WarpTile<ExecSpace>::kVectorLength, std::max(scratch_bytes, shape.scratch_bytes)};
+  const std::size_t product_bytes = shape.scratch_bytes + (k.staged_epilogue_jobs_ > 0 ? shape.epilogue_bytes : 0);
+  k.shape_ = {Product::kTeamSize, WarpTile<ExecSpace>::kVectorLength, std::max(scratch_bytes, product_bytes)};
   k.mode_ = kCanPersist ? options.mode : PhasedMode::launches;
   k.per_kind_ = options.kernel_per_kind;
   // A kernel of only the dueling head or only the loss needs only what the caller asked for (and

@@ -91,6 +91,12 @@ struct FusedOptions {
   // norm's, 11.3 µs of kernel time in the H200's B = 256 step, Nsight). On an H100
   // (BM_StepFusedNorm, 2026-12-05): B = 256 103.7 µs a step against 108.9, B = 64 80.4 against 85.9.
   bool norm_in_backward = true;
+  // Each product tile with a bias or a mask in its epilogue copies them into team scratch beside
+  // its first chunk's operands (cp.async; ProductJob::stage_epilogue), so that its epilogue reads
+  // them there rather than waiting on L2 once its chunk loop is done (the timeline put a product's
+  // epilogue at 1,500 to 2,600 cycles). 32-row tiles only (4.6 KiB more scratch at 32 × 32), and
+  // only where the bias and mask lie on 16 bytes with a mask_ld of a multiple of 4. The same bits.
+  bool stage_epilogue = false;
   // Each tile stores its clocks (kernels::TileClock) every launch: where a step's time goes, tile by
   // tile (FusedKernel::timeline, perf's BM_StepTimeline). A diagnostic; off, no tile stores any.
   bool timeline = false;
@@ -172,6 +178,8 @@ class FusedKernel {
   int launches() const;  // per enqueue()
   // Product jobs whose k is split (FusedOptions::split_chunks).
   int split_jobs() const { return split_jobs_; }
+  // Product jobs whose bias and mask are staged into scratch (FusedOptions::stage_epilogue).
+  int staged_epilogue_jobs() const { return staged_epilogue_jobs_; }
   std::size_t scratch_bytes() const { return shape_.scratch_bytes; }
   // Whether the kernel takes the norm of the gradient its in_norm products write
   // (FusedOptions::norm_in_backward); into a scalar of its own until set_norm_tail.
@@ -194,6 +202,7 @@ class FusedKernel {
   PhasedMode mode_ = PhasedMode::launches;
   int teams_ = 0;
   int split_jobs_ = 0;
+  int staged_epilogue_jobs_ = 0;
   bool per_kind_ = true;
   GridBarrierState barrier_;
   DeviceFloats partials_;                  // split-K partial sums
