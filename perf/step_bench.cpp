@@ -175,7 +175,7 @@ void BM_StepFusedEarlyTables(benchmark::State& state) {
 }
 BENCHMARK(BM_StepFusedEarlyTables)
     ->ArgNames({"early", "lthreads", "llanes", "B"})
-    ->ArgsProduct({{0, 1}, {4}, {32}, {64, 256, 1024}})
+    ->ArgsProduct({{0, 1}, {16}, {8}, {64, 256, 1024, 4096}})
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 

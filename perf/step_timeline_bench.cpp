@@ -44,7 +44,7 @@ std::string phase_table(const std::vector<zs::TileTimes>& tiles) {
   std::string out =
       "| phase | tiles | SMs | first begins (µs) | last begins | last ends | gap after the phase before | "
       "longest tile (kcycles, tile) | median tile | longest wait (kcycles) | "
-      "products' medians: first chunk / chunk loop / epilogue / tail (kcycles) |\n"
+      "parts' medians (kcycles): a product's first chunk / chunk loop / epilogue / tail, the loss's head / a* / projection / tail |\n"
       "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |\n";
   double prev_end = 0;
   char line[512];
@@ -55,7 +55,7 @@ std::string phase_table(const std::vector<zs::TileTimes>& tiles) {
     if (mine.empty()) continue;
     std::uint64_t first = UINT64_MAX, last_begin = 0, last_end = 0, wait = 0;
     std::set<int> sms;
-    std::vector<std::uint64_t> work, first_chunk, loop, epilogue, tail;
+    std::vector<std::uint64_t> work, part1, part2, part3, tail;
     zs::TileTimes longest = mine.front();
     for (const auto& t : mine) {
       first = std::min(first, t.begin_ns);
@@ -65,18 +65,18 @@ std::string phase_table(const std::vector<zs::TileTimes>& tiles) {
       sms.insert(t.sm);
       if (t.work_cycles > longest.work_cycles) longest = t;
       work.push_back(t.work_cycles);
-      if (t.job >= 0) {
-        first_chunk.push_back(t.first_chunk_cycles);
-        loop.push_back(t.chunk_loop_cycles);
-        epilogue.push_back(t.epilogue_cycles);
-        tail.push_back(t.work_cycles - t.first_chunk_cycles - t.chunk_loop_cycles - t.epilogue_cycles);
+      if (t.parts[0] + t.parts[1] + t.parts[2] > 0) {
+        part1.push_back(t.parts[0]);
+        part2.push_back(t.parts[1]);
+        part3.push_back(t.parts[2]);
+        tail.push_back(t.work_cycles - t.parts[0] - t.parts[1] - t.parts[2]);
       }
     }
     std::sort(work.begin(), work.end());
     char parts[128] = "—";
-    if (!first_chunk.empty())
-      std::snprintf(parts, sizeof parts, "%.1f / %.1f / %.1f / %.1f", median(first_chunk) * 1e-3, median(loop) * 1e-3,
-                    median(epilogue) * 1e-3, median(tail) * 1e-3);
+    if (!part1.empty())
+      std::snprintf(parts, sizeof parts, "%.1f / %.1f / %.1f / %.1f", median(part1) * 1e-3, median(part2) * 1e-3,
+                    median(part3) * 1e-3, median(tail) * 1e-3);
     const double begins = (first - t0) * 1e-3, ends = (last_end - t0) * 1e-3;
     std::snprintf(line, sizeof line,
                   "| %d | %zu | %zu | %.2f | %.2f | %.2f | %.2f | %.1f (tile %d: %s) | %.1f | %.1f | %s |\n", p,
@@ -99,8 +99,7 @@ const Variant kVariants[] = {
     {"the defaults", [](zs::FusedOptions&) {}},
     {"dependents_early 0", [](zs::FusedOptions& o) { o.dependents_early = 0; }},
     {"one persistent launch", [](zs::FusedOptions& o) { o.mode = zs::PhasedMode::persistent; }},
-    {"tables_before_wait", [](zs::FusedOptions& o) { o.tables_before_wait = true; }},
-    {"stage_epilogue", [](zs::FusedOptions& o) { o.stage_epilogue = true; }},
+    {"tables_before_wait off", [](zs::FusedOptions& o) { o.tables_before_wait = false; }},
 };
 constexpr int kVariantCount = static_cast<int>(sizeof(kVariants) / sizeof(kVariants[0]));
 

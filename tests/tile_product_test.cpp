@@ -79,21 +79,17 @@ TEST(TileProduct, EveryLayoutSegmentAndEpilogueMatchesADoubleReference) {
   for (const auto& [tile_rows, tile_cols, tile_stages] :
        std::vector<std::tuple<int, int, int>>{{64, 32, 3}, {32, 32, 3}, {32, 32, 4}, {32, 16, 3}, {32, 16, 4}})
   for (const int split_chunks : {0, 1})
-  for (const bool staged : {false, true})
   for (std::size_t ci = 0; ci < cases.size(); ++ci) {
     const Case& cs = cases[ci];
     const auto seed = zs::test::fresh_seed();
     SCOPED_TRACE(testing::Message() << "case " << ci << ", tiles " << tile_rows << " × " << tile_cols << " in "
-                                    << tile_stages << " stages, split_chunks " << split_chunks
-                                    << ", epilogue staged " << staged << ", seed " << seed);
+                                    << tile_stages << " stages, split_chunks " << split_chunks << ", seed " << seed);
     std::vector<Operand> as, bs;
     for (std::size_t s = 0; s < cs.ks.size(); ++s) {
       as.emplace_back(cs.m, cs.ks[s], cs.a_t, cs.pad, seed + 10 * s + 1);
       bs.emplace_back(cs.n, cs.ks[s], cs.b_t, cs.pad, seed + 10 * s + 2);
     }
-    // Columns past n must stay untouched; a padded case's ld is a multiple of 4, so its mask can be
-    // staged four floats at a time (FusedOptions::stage_epilogue).
-    const int ld = cs.pad ? (cs.n + 3 + 3) / 4 * 4 : cs.n + 3;
+    const int ld = cs.n + 3;  // columns past n must stay untouched
     const auto bias = zs::test::random_normal(cs.n, seed + 3);
     auto mask = zs::test::random_normal(std::size_t(cs.m) * ld, seed + 4);
     mask[0] = std::nanf("");  // a NaN activation keeps its gradient
@@ -130,11 +126,7 @@ TEST(TileProduct, EveryLayoutSegmentAndEpilogueMatchesADoubleReference) {
     o.tile_rows = tile_rows;
     o.tile_cols = tile_cols;
     o.tile_stages = tile_stages;
-    o.stage_epilogue = staged;
     const zs::FusedKernel k = b.build({}, 0, o);
-    // Staged where the tile has room (32 rows) and the mask's rows lie on 16 bytes.
-    const bool stages = staged && tile_rows == 32 && (cs.bias || cs.mask) && (!cs.mask || ld % 4 == 0);
-    EXPECT_EQ(k.staged_epilogue_jobs(), stages ? 1 : 0);
     EXPECT_EQ(k.tile_rows(), tile_rows);
     EXPECT_EQ(k.tile_cols(), tile_cols);
     EXPECT_EQ(k.tile_stages(), tile_stages);
@@ -340,8 +332,8 @@ TEST(TileProduct, TheTimelineStampsEveryTileAndChangesNoResult) {
         EXPECT_LT(t.wait_cycles, std::uint64_t{1} << 40) << "tile " << i;
         EXPECT_GE(t.sm, 0);
         // The product's parts (first chunk, chunk loop, epilogue) lie inside its work.
-        EXPECT_LE(t.first_chunk_cycles + t.chunk_loop_cycles + t.epilogue_cycles, t.work_cycles) << "tile " << i;
-        parts += t.first_chunk_cycles + t.chunk_loop_cycles + t.epilogue_cycles;
+        EXPECT_LE(t.parts[0] + t.parts[1] + t.parts[2], t.work_cycles) << "tile " << i;
+        parts += t.parts[0] + t.parts[1] + t.parts[2];
         if (phase == 0) first_phase_ends = std::max(first_phase_ends, t.end_ns);
         // Outside a graph the phases' launches (or the persistent launch's grid barrier) keep them
         // in order: phase 1's tiles read what phase 0's wrote.

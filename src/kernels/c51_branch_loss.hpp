@@ -15,6 +15,7 @@
 #include "kernels/c51_loss.hpp"
 #include "kernels/c51_q.hpp"
 #include "kernels/math.hpp"
+#include "kernels/tile_clocks.hpp"
 
 namespace zs::kernels {
 
@@ -89,7 +90,10 @@ struct C51BranchLoss {
   // them and the loss reads it from scratch, in one phase instead of two. The head is
   // DuelingTiles' arithmetic in the same order, and every log-probability is still stored for
   // the auxiliaries and the Q statistics.
-  KOKKOS_INLINE_FUNCTION void head_branch(const Member& team, int i, int k, void* scratch) const {
+  // clocks: when given (the timeline), the cycles once the head is formed (clocks[0]), once a* is
+  // found (clocks[1]) and once the projection is done (clocks[2]).
+  KOKKOS_INLINE_FUNCTION void head_branch(const Member& team, int i, int k, void* scratch,
+                                          std::uint64_t* clocks = nullptr) const {
     const int B = static_cast<int>(rewards.extent(0)), Z = sup.atoms, A = table.actions;
     const int c0 = table.cum(k), n = table.size(k), w = n * Z;
     float* const lp = reinterpret_cast<float*>(static_cast<char*>(scratch) + scratch_bytes(team.team_size(), Z));
@@ -123,11 +127,12 @@ struct C51BranchLoss {
       log_softmax_lanes(team, Z, [&](const int j) { return v[j] + l[j] - m[j]; }, l, l);
     });
     team.team_barrier();
+    stamp_cycles(team, clocks, 0);
     for (int r = 0; r < 3; ++r) {
       float* const dst = logp_of(r) + (static_cast<std::size_t>(row_of(r)) * A + c0) * Z;
       Kokkos::parallel_for(Kokkos::TeamVectorRange(team, w), [&](const int f) { dst[f] = lp[r * w + f]; });
     }
-    branch_on(team, i, k, lp, lp + w, lp + 2 * w, scratch);
+    branch_on(team, i, k, lp, lp + w, lp + 2 * w, scratch, clocks);
   }
 
   // Sample i, branch k, by the whole team. Results are written in a fixed order: the same
@@ -139,8 +144,9 @@ struct C51BranchLoss {
 
   // branch() on branch k's log-probabilities wherever they are: its n_k actions × atoms of the
   // online net on s (`now`) and on s′ (`next`) and of the target net on s′ (`target`).
+  // clocks: as head_branch's (clocks[1] and clocks[2] are stamped here).
   KOKKOS_INLINE_FUNCTION void branch_on(const Member& team, int i, int k, const float* now, const float* next,
-                                        const float* target, void* scratch) const {
+                                        const float* target, void* scratch, std::uint64_t* clocks = nullptr) const {
     const int B = static_cast<int>(rewards.extent(0)), Z = sup.atoms, K = table.branches, T = team.team_size();
     const int n = table.size(k);
     double* const terms = static_cast<double*>(scratch);
@@ -181,6 +187,7 @@ struct C51BranchLoss {
     std::uint64_t best_key = 0;
     for (int w = 0; w < T; ++w) best_key = keys[w] > best_key ? keys[w] : best_key;
     const int a_star = greedy_of(best_key);
+    stamp_cycles(team, clocks, 1);
 
     // 2. Each source atom's position and probability under the target net at a*.
     Kokkos::parallel_for(Kokkos::TeamVectorRange(team, Z), [&](const int j) {
@@ -201,6 +208,7 @@ struct C51BranchLoss {
       projected(i, k, j) = mj;
     });
     team.team_barrier();
+    stamp_cycles(team, clocks, 2);
     // Cross-entropy against the taken action and the projected mass: each team thread a
     // contiguous share of the atoms, then the shares in thread order.
     const int per = (Z + T - 1) / T;

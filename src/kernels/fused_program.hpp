@@ -27,20 +27,12 @@ inline constexpr int kFusedMaxPhases = 24;
 
 // What the timeline (FusedOptions::timeline) keeps of each tile: the global timer (ns) at its
 // start and end, its multiprocessor's cycle counter at its start, once it has waited for the
-// grids before its launch, and at its end, and that multiprocessor's index. A product tile also
-// stamps the cycles once its first chunk has landed in scratch, once its chunk loop is done and
-// once its epilogue has stored (TileProduct::run's clocks: these three, in this order).
-enum class TileClock : int {
-  begin_ns = 0,
-  begin_cycles,
-  waited_cycles,
-  end_cycles,
-  end_ns,
-  sm,
-  landed_cycles,
-  multiplied_cycles,
-  stored_cycles
-};
+// grids before its launch, and at its end, and that multiprocessor's index; and the cycles at
+// the ends of the first three parts of its work, where its kind has them: a product once its
+// first chunk has landed in scratch, once its chunk loop is done and once its epilogue has stored
+// (TileProduct::run's clocks); the loss with its head once the head is formed, once a* is found
+// and once the projection is done (C51BranchLoss::head_branch's).
+enum class TileClock : int { begin_ns = 0, begin_cycles, waited_cycles, end_cycles, end_ns, sm, part1, part2, part3 };
 inline constexpr int kTileClocks = 9;
 // Items of all phases together: they ride in the kernel's parameters (FusedProgram::item_tile0).
 inline constexpr int kFusedMaxItems = 128;
@@ -126,9 +118,7 @@ struct FusedProgram {
           const int per_row = job.tiles_n * job.splits, rest = local % per_row;
           TileProduct<Exec, Rows, Cols, Stages>::run(
               team, static_cast<float*>(scratch), job, segments.data() + item_seg0[it], local / per_row,
-              rest / job.splits, rest % job.splits, early, dependents_early == 2,
-              timeline ? timeline + kTileClocks * tile_index(p, t) + static_cast<int>(TileClock::landed_cycles)
-                       : nullptr);
+              rest / job.splits, rest % job.splits, early, dependents_early == 2, parts_of(p, t));
         }
         break;
       case FusedTileKind::dueling:
@@ -144,7 +134,7 @@ struct FusedProgram {
         break;
       case FusedTileKind::c51_head_branch:
         if constexpr ((Kinds & kind_bit(FusedTileKind::c51_head_branch)) != 0)
-          c51.head_branch(team, local / c51.table.branches, local % c51.table.branches, scratch);
+          c51.head_branch(team, local / c51.table.branches, local % c51.table.branches, scratch, parts_of(p, t));
         break;
     }
     // The next tile this team runs may overwrite the scratch this one read.
@@ -167,6 +157,10 @@ struct FusedProgram {
     if (team.team_rank() != 0) return;
     const int at = tile_index(p, t);
     Kokkos::single(Kokkos::PerThread(team), [&]() { timeline[kTileClocks * at + static_cast<int>(c)] = v; });
+  }
+  // Where tile t of phase p stamps the ends of its parts (TileClock::part1 on), or null.
+  KOKKOS_INLINE_FUNCTION std::uint64_t* parts_of(int p, int t) const {
+    return timeline ? timeline + kTileClocks * tile_index(p, t) + static_cast<int>(TileClock::part1) : nullptr;
   }
   // Tile t of phase p among every phase's tiles.
   KOKKOS_INLINE_FUNCTION int tile_index(int p, int t) const {

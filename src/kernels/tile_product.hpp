@@ -14,6 +14,7 @@
 #include "backends/backend.hpp"
 #include "backends/warp_tile.hpp"
 #include "kernels/last_team.hpp"
+#include "kernels/tile_clocks.hpp"
 
 namespace zs::kernels {
 
@@ -61,11 +62,6 @@ struct ProductJob {
   // The segments' layouts (FusedBuilder::product sets them; every segment of a job has the same):
   // A, B row-contiguous (staged [k][row]); vec: every operand staged four floats at a time.
   int a_km = 0, b_km = 0, vec = 0;
-  // The epilogue's bias and mask staged into scratch beside the first chunk (cp.async), so that
-  // the epilogue reads them there instead of waiting on L2 after the chunk loop
-  // (FusedOptions::stage_epilogue; FusedBuilder::build sets it where the tile shape has room
-  // and both lie on 16 bytes with a mask_ld of a multiple of 4).
-  int stage_epilogue = 0;
 };
 
 // Rows × Cols: the tile. 64 × 32 gives each of the four warps 2 × 2 WarpTiles (each fragment
@@ -165,7 +161,7 @@ struct TileProduct {
       case 6: accumulate<false, true, true>(team, c, acc, rsum); break;
       default: accumulate<true, true, true>(team, c, acc, rsum); break;
     }
-    mark(team, clocks, 1);
+    stamp_cycles(team, clocks, 1);
     if (trigger) allow_dependent_grids();
     if (sums && kSumParts > 1) {
       float* const parts = scratch + kStages * kStageFloats;
@@ -184,8 +180,7 @@ struct TileProduct {
       add_partials(all, job.splits, acc, sums, rsum, tid);
       if (tid == 0) job.counters[tile] = 0;  // for the next launch (a graph replay)
     }
-    double squares =
-        epilogue(team, job, acc, m0, n0, kEpilogueFloats > 0 && job.stage_epilogue ? epilogue_area(scratch) : nullptr);
+    double squares = epilogue(team, job, acc, m0, n0);
     if (sums) {
       for (int r = 0; r < kRowSumsPerThread; ++r) {
         const int row = m0 + (kHost ? r : tid);
@@ -196,38 +191,10 @@ struct TileProduct {
       }
     }
     if (job.squares) store_squares(team, scratch, job.squares + tm * job.tiles_n + tn, squares, tid);
-    mark(team, clocks, 2);
+    stamp_cycles(team, clocks, 2);
   }
 
  private:
-  KOKKOS_INLINE_FUNCTION static float* epilogue_area(float* scratch) {
-    return scratch + kStages * kStageFloats + kSumFloats;
-  }
-
-  // This thread's copies of the tile's bias and mask into `area` (ProductJob::stage_epilogue),
-  // zero past the job's edges.
-  KOKKOS_INLINE_FUNCTION static void stage_epilogue(const ProductJob& job, float* area, int m0, int n0, int tid) {
-    const auto valid_of = [](int left) { return left < 0 ? 0 : (left > 4 ? 4 : left); };
-    if (job.bias)
-      for (int v = tid; v < kN / 4; v += kThreads) {
-        const int col = n0 + 4 * v, valid = valid_of(job.n - col);
-        Tile::copy4_async(area + 4 * v, valid > 0 ? job.bias + col : job.bias, valid);
-      }
-    if (job.mask)
-      for (int v = tid; v < kM * kN / 4; v += kThreads) {
-        const int r = v / (kN / 4), c = v % (kN / 4) * 4, row = m0 + r, col = n0 + c;
-        const int valid = row < job.m ? valid_of(job.n - col) : 0;
-        Tile::copy4_async(area + kN + r * kMaskLd + c, valid > 0 ? job.mask + row * job.mask_ld + col : job.mask,
-                          valid);
-      }
-  }
-
-  // clocks[i] = this multiprocessor's cycles, by the team's first thread (run's clocks).
-  template <class Member>
-  KOKKOS_FORCEINLINE_FUNCTION static void mark(const Member& team, std::uint64_t* clocks, int i) {
-    if (clocks == nullptr || team.team_rank() != 0) return;
-    Kokkos::single(Kokkos::PerThread(team), [&]() { clocks[i] = sm_cycles(); });
-  }
 
   // Threads that share each row's sum of A (each takes kK / kSumParts of every chunk's k); the
   // parts meet in kSumFloats of scratch past the stages, in a fixed order.
@@ -237,11 +204,6 @@ struct TileProduct {
 
  public:
   static constexpr std::size_t kScratchBytes = sizeof(float) * (kStages * kStageFloats + kSumFloats);
-  // ProductJob::stage_epilogue's scratch past kScratchBytes: the tile's bias, then its mask rows of
-  // kMaskLd. None for 64-row tiles (42 KiB of stages already; the budget is 46).
-  static constexpr int kMaskLd = kN + 4;
-  static constexpr int kEpilogueFloats = kM == 64 ? 0 : kN + kM * kMaskLd;
-  static constexpr std::size_t kEpilogueBytes = sizeof(float) * kEpilogueFloats;
 
  private:
   // This thread's part of staging one operand's chunks (rows r0 .. r0 + StageRows, k k0 .. k0 + kK)
@@ -381,9 +343,6 @@ struct TileProduct {
     if (c.count > 0) next.start(c.job, c.segments, c.m0, c.n0, c.tid);
     if (c.wait) wait_for_prior_grids();
     int issued = 0;
-    // In the first chunk's group: landed, and seen by the whole team, once that chunk is.
-    if (kEpilogueFloats > 0 && c.job.stage_epilogue)
-      stage_epilogue(c.job, epilogue_area(c.scratch), c.m0, c.n0, c.tid);
     ZS_UNROLL
     for (int st = 0; st + 1 < kStages; ++st) {
       if (issued < c.count) {
@@ -392,11 +351,17 @@ struct TileProduct {
       }
       Tile::commit_copies();  // empty groups too: the wait below counts groups
     }
+    // The timeline's landing stamp: a wait and a barrier of its own, so that the chunk loop holds no
+    // test of the clocks (nor the registers of one).
+    if (c.clocks != nullptr && c.count > 0) {
+      Tile::template wait_copies<kStages - 2>();
+      team.team_barrier();
+      stamp_cycles(team, c.clocks, 0);
+    }
     int buf = 0;
     for (int done = 0; done < c.count; ++done) {
       Tile::template wait_copies<kStages - 2>();  // chunk `buf` has landed (this thread's part) …
       team.team_barrier();  // … everyone's, and every thread is done with the stage refilled next
-      if (done == 0) mark(team, c.clocks, 0);
       if (issued < c.count) {
         const int to = buf + kStages - 1 < kStages ? buf + kStages - 1 : buf - 1;
         next.stage(c.scratch + to * kStageFloats, c.job, c.segments, c.m0, c.n0, c.tid);
@@ -407,7 +372,6 @@ struct TileProduct {
       buf = buf + 1 < kStages ? buf + 1 : 0;
     }
     Tile::template wait_copies<0>();
-    if (c.count == 0 && c.job.stage_epilogue) team.team_barrier();  // the staged epilogue, seen by all
   }
 
   // The cursor at chunk `c` of the job's sequence (segment by segment, kK at a time).
@@ -557,23 +521,17 @@ struct TileProduct {
   // the compiler cannot tell apart from its own waits for it, so loads between the stores would
   // cost a memory latency each, one after another.
   // Returns Σ v² of what this thread stored when the job counts squares, else 0.
-  // staged: the tile's bias and mask in scratch (stage_epilogue), or null: read from global memory.
   template <class Member>
   KOKKOS_INLINE_FUNCTION static double epilogue(const Member& team, const ProductJob& job, const Acc& acc, int m0,
-                                                int n0, const float* staged) {
+                                                int n0) {
     float add[kMine], keep[kMine];
     const bool count = job.squares != nullptr;
     double squares = 0.0;
     int e = 0;
     for_each_element(team, acc, m0, n0, [&](int row, int col, float) {
       const bool in = row < job.m && col < job.n;
-      if (staged) {
-        add[e] = in && job.bias ? staged[col - n0] : 0.f;
-        keep[e] = in && job.mask ? staged[kN + (row - m0) * kMaskLd + (col - n0)] : 1.f;
-      } else {
-        add[e] = in && job.bias ? job.bias[col] : 0.f;
-        keep[e] = in && job.mask ? Tile::load_shared(job.mask + row * job.mask_ld + col) : 1.f;
-      }
+      add[e] = in && job.bias ? job.bias[col] : 0.f;
+      keep[e] = in && job.mask ? Tile::load_shared(job.mask + row * job.mask_ld + col) : 1.f;
       ++e;
     });
     e = 0;

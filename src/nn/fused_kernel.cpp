@@ -19,13 +19,13 @@ using ProductOf = kernels::TileProduct<ExecSpace, Rows, Cols, Stages>;
 // What the builder needs of a tile shape; tiles: that shape's TileProduct::tiles.
 struct ProductShape {
   int rows = 64, cols = 32, stages = 3;
-  std::size_t partial_floats = 0, scratch_bytes = 0, epilogue_bytes = 0;
+  std::size_t partial_floats = 0, scratch_bytes = 0;
   int (*tiles)(int m, int n, int& tiles_m, int& tiles_n) = nullptr;
 };
 template <int Rows, int Cols, int Stages = 3>
 ProductShape shape_of() {
   using P = ProductOf<Rows, Cols, Stages>;
-  return {Rows, Cols, Stages, P::kPartialFloats, P::kScratchBytes, P::kEpilogueBytes, &P::tiles};
+  return {Rows, Cols, Stages, P::kPartialFloats, P::kScratchBytes, &P::tiles};
 }
 // The shapes the kernels are compiled for: 64 × 32, 32 × 32 and 32 × 16 in 3 stages, the 32-row
 // ones in 4 too (4 stages of 64 × 32 would pass the scratch budget). Any other: no tiles().
@@ -225,12 +225,6 @@ FusedKernel FusedBuilder::build(FusedProgramOnDevice program, std::size_t scratc
     j.chunks = 0;
     for (int s = 0; s < j.segs; ++s) j.chunks += Product::chunks_of(segments_[j.seg0 + s].k);
     const int tiles = j.tiles_m * j.tiles_n;
-    const auto on16 = [](const float* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; };
-    j.stage_epilogue = options.stage_epilogue && shape.epilogue_bytes > 0 && (j.bias || j.mask) &&
-                               (!j.bias || on16(j.bias)) && (!j.mask || (on16(j.mask) && j.mask_ld % 4 == 0))
-                           ? 1
-                           : 0;
-    k.staged_epilogue_jobs_ += j.stage_epilogue;
     j.splits = 1;
     if (options.split_chunks > 0 && j.chunks > options.split_chunks) {
       const int by_chunks = (j.chunks + options.split_chunks - 1) / options.split_chunks;
@@ -329,8 +323,7 @@ FusedKernel FusedBuilder::build(FusedProgramOnDevice program, std::size_t scratc
     k.timeline_jobs_ = jobs;
   }
   k.program_ = program;
-  const std::size_t product_bytes = shape.scratch_bytes + (k.staged_epilogue_jobs_ > 0 ? shape.epilogue_bytes : 0);
-  k.shape_ = {Product::kTeamSize, WarpTile<ExecSpace>::kVectorLength, std::max(scratch_bytes, product_bytes)};
+  k.shape_ = {Product::kTeamSize, WarpTile<ExecSpace>::kVectorLength, std::max(scratch_bytes, shape.scratch_bytes)};
   k.mode_ = kCanPersist ? options.mode : PhasedMode::launches;
   k.per_kind_ = options.kernel_per_kind;
   // A kernel of only the dueling head or only the loss needs only what the caller asked for (and
@@ -424,15 +417,13 @@ std::vector<TileTimes> FusedKernel::timeline() const {
         x.n = j.n;
         x.chunks = j.chunks;
         x.splits = j.splits;
-        const std::uint64_t waited = at(i, TileClock::waited_cycles), landed = at(i, TileClock::landed_cycles),
-                            multiplied = at(i, TileClock::multiplied_cycles), stored = at(i, TileClock::stored_cycles);
-        // A tile of no chunks stamps no landing; each stamp is this launch's when they are in order.
-        if (waited <= landed && landed <= multiplied && multiplied <= stored) {
-          x.first_chunk_cycles = landed - waited;
-          x.chunk_loop_cycles = multiplied - landed;
-          x.epilogue_cycles = stored - multiplied;
-        }
       }
+      // A tile of no chunks stamps no landing, and only products and the loss with its head stamp
+      // parts: the parts are this launch's when they are in order.
+      const std::uint64_t ends[4] = {at(i, TileClock::waited_cycles), at(i, TileClock::part1),
+                                     at(i, TileClock::part2), at(i, TileClock::part3)};
+      if (ends[0] <= ends[1] && ends[1] <= ends[2] && ends[2] <= ends[3] && ends[3] <= at(i, TileClock::end_cycles))
+        for (int q = 0; q < 3; ++q) x.parts[q] = ends[q + 1] - ends[q];
       out.push_back(x);
     }
   return out;

@@ -55,9 +55,12 @@ struct FusedOptions {
   // (programmatic launch) reads its job and segments first, and only then waits for that launch:
   // the tables' loads, a chain of two in L2 before the first copy, overlap the wait. Off: every
   // tile waits first thing. The same results either way (the tables never change after build).
-  // On an H100 (BM_StepFusedEarlyTables, 2026-12-05) it gained nothing: 109.6 µs both ways at
-  // B = 256, 85.9 against 85.4 at 64.
-  bool tables_before_wait = false;
+  // On an H100 (BM_StepFusedEarlyTables, 2026-12-05, twenty-first session) it gained nothing:
+  // 109.6 µs both ways at B = 256, 85.9 against 85.4 at 64. With dependents_early 2 each phase's
+  // tiles start while the phase before drains, so there is a wait to hide the tables' loads in:
+  // 107.4 against 111.8 at B = 256, 83.5 against 88.3 at 64 (H100, BM_StepTimeline, twenty-third
+  // session): the default.
+  bool tables_before_wait = true;
   // When the launch of the phase after each phase may be scheduled, with programmatic launch:
   // 0 once every block of this one has exited (the CUDA default without a trigger); 1 once
   // every block has finished its tile; 2 once every product tile is past its chunk loop, so the
@@ -91,12 +94,6 @@ struct FusedOptions {
   // norm's, 11.3 µs of kernel time in the H200's B = 256 step, Nsight). On an H100
   // (BM_StepFusedNorm, 2026-12-05): B = 256 103.7 µs a step against 108.9, B = 64 80.4 against 85.9.
   bool norm_in_backward = true;
-  // Each product tile with a bias or a mask in its epilogue copies them into team scratch beside
-  // its first chunk's operands (cp.async; ProductJob::stage_epilogue), so that its epilogue reads
-  // them there rather than waiting on L2 once its chunk loop is done (the timeline put a product's
-  // epilogue at 1,500 to 2,600 cycles). 32-row tiles only (4.6 KiB more scratch at 32 × 32), and
-  // only where the bias and mask lie on 16 bytes with a mask_ld of a multiple of 4. The same bits.
-  bool stage_epilogue = false;
   // Each tile stores its clocks (kernels::TileClock) every launch: where a step's time goes, tile by
   // tile (FusedKernel::timeline, perf's BM_StepTimeline). A diagnostic; off, no tile stores any.
   bool timeline = false;
@@ -110,11 +107,12 @@ struct TileTimes {
   int kind = 0, job = -1, m = 0, n = 0, chunks = 0, splits = 1;
   std::uint64_t begin_ns = 0, end_ns = 0;          // the global timer
   std::uint64_t wait_cycles = 0, work_cycles = 0;  // before and after its wait for the grids before it
-  // A product's work_cycles in parts: until its first chunk had landed in scratch (its tables' and
-  // first operands' loads), its chunk loop, its epilogue (and row sums, and norm squares); what is
-  // left of work_cycles is its tile's tail (the team barrier, the norm's tail in its last tile).
-  // 0 for other kinds of tile.
-  std::uint64_t first_chunk_cycles = 0, chunk_loop_cycles = 0, epilogue_cycles = 0;
+  // work_cycles in parts, where the kind has them (else 0): a product's until its first chunk had
+  // landed in scratch (its tables' and first operands' loads), its chunk loop and its epilogue (row
+  // sums and norm squares included); the loss's (with its head) dueling head, a* and projection.
+  // What is left of work_cycles is the tile's tail (the rest of the loss; a product's team barrier,
+  // and the norm's tail in the last tile of its phase).
+  std::uint64_t parts[3] = {0, 0, 0};
 };
 
 using FusedProgramOnDevice = kernels::FusedProgram<ExecSpace>;
@@ -178,8 +176,6 @@ class FusedKernel {
   int launches() const;  // per enqueue()
   // Product jobs whose k is split (FusedOptions::split_chunks).
   int split_jobs() const { return split_jobs_; }
-  // Product jobs whose bias and mask are staged into scratch (FusedOptions::stage_epilogue).
-  int staged_epilogue_jobs() const { return staged_epilogue_jobs_; }
   std::size_t scratch_bytes() const { return shape_.scratch_bytes; }
   // Whether the kernel takes the norm of the gradient its in_norm products write
   // (FusedOptions::norm_in_backward); into a scalar of its own until set_norm_tail.
@@ -202,7 +198,6 @@ class FusedKernel {
   PhasedMode mode_ = PhasedMode::launches;
   int teams_ = 0;
   int split_jobs_ = 0;
-  int staged_epilogue_jobs_ = 0;
   bool per_kind_ = true;
   GridBarrierState barrier_;
   DeviceFloats partials_;                  // split-K partial sums
