@@ -100,7 +100,6 @@ const Variant kVariants[] = {
     {"dependents_early 0", [](zs::FusedOptions& o) { o.dependents_early = 0; }},
     {"one persistent launch", [](zs::FusedOptions& o) { o.mode = zs::PhasedMode::persistent; }},
     {"tables_before_wait off", [](zs::FusedOptions& o) { o.tables_before_wait = false; }},
-    {"head_loads_first", [](zs::FusedOptions& o) { o.head_loads_first = true; }},
 };
 constexpr int kVariantCount = static_cast<int>(sizeof(kVariants) / sizeof(kVariants[0]));
 

@@ -479,11 +479,6 @@ TEST(FusedC51, GraphReplayEqualsDirectLaunchAndTheLaunchModesAgree) {
       dependents.fused.dependents_early = when;
       beside_default(dependents);
     }
-    // The loss's tiles with every load of their head's inputs before their first store: the
-    // same bits.
-    auto loads_first = launches_like_persistent(16);
-    loads_first.fused.head_loads_first = true;
-    beside_default(loads_first);
     // The other tile shapes (the default is 32 × 32): persistent and a launch per phase agree.
     // (Across shapes only the bias gradients' row sums differ, summed by more or fewer threads of a
     // tile on CUDA.)

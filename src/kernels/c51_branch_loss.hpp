@@ -49,12 +49,6 @@ struct C51BranchLoss {
   const float* target_branch = nullptr;  // flat, BranchTable layout for B rows
   float* online_logp = nullptr;          // [2B, A, atoms]
   float* target_logp = nullptr;          // [B, A, atoms]
-  // head_branch() copies its three rows' outputs into scratch with every thread's loads (up to
-  // kHeadLoads of them) issued before its first store (FusedOptions::head_loads_first), rather
-  // than a load and a store at a time: a load after a store through a pointer the compiler cannot
-  // tell apart from it waits for the store, so each element a thread copied cost an L2 round trip.
-  int head_loads_first = 0;
-  static constexpr int kHeadLoads = 8;
 
   KOKKOS_INLINE_FUNCTION int padded(int floats) const { return (floats + pad - 1) / pad * pad; }
   // Where (sample i, atom j) of branch k's share of ∂loss/∂value_out lives, for B samples.
@@ -111,28 +105,11 @@ struct C51BranchLoss {
     auto value_of = [&](int r) { return r < 2 ? online_value : target_value; };
     auto branch_of = [&](int r) { return r < 2 ? online_branch : target_branch; };
     auto logp_of = [&](int r) { return r < 2 ? online_logp : target_logp; };
-    if (head_loads_first) {
-      // Element f of the scratch from lp on: the three rows' branch-k outputs (w each), then their
-      // value streams (Z each), every one from where its net's pass left it.
-      const int all = 3 * (w + Z), groups = (all + kHeadLoads - 1) / kHeadLoads;
-      auto source = [&](int f) {
-        if (f < 3 * w) return branch_of(f / w) + table.index(rows_of(f / w), Z, k, row_of(f / w), 0, 0) + f % w;
-        f -= 3 * w;
-        return value_of(f / Z) + static_cast<std::size_t>(row_of(f / Z)) * Z + f % Z;
-      };
-      Kokkos::parallel_for(Kokkos::TeamVectorRange(team, groups), [&](const int g) {
-        float got[kHeadLoads];
-        for (int q = 0; q < kHeadLoads; ++q) got[q] = g + q * groups < all ? *source(g + q * groups) : 0.f;
-        for (int q = 0; q < kHeadLoads; ++q)
-          if (g + q * groups < all) lp[g + q * groups] = got[q];
-      });
-    } else {
-      for (int r = 0; r < 3; ++r) {
-        const float* const src = branch_of(r) + table.index(rows_of(r), Z, k, row_of(r), 0, 0);
-        Kokkos::parallel_for(Kokkos::TeamVectorRange(team, w), [&](const int f) { lp[r * w + f] = src[f]; });
-        const float* const v = value_of(r) + static_cast<std::size_t>(row_of(r)) * Z;
-        Kokkos::parallel_for(Kokkos::TeamVectorRange(team, Z), [&](const int j) { value[r * Z + j] = v[j]; });
-      }
+    for (int r = 0; r < 3; ++r) {
+      const float* const src = branch_of(r) + table.index(rows_of(r), Z, k, row_of(r), 0, 0);
+      Kokkos::parallel_for(Kokkos::TeamVectorRange(team, w), [&](const int f) { lp[r * w + f] = src[f]; });
+      const float* const v = value_of(r) + static_cast<std::size_t>(row_of(r)) * Z;
+      Kokkos::parallel_for(Kokkos::TeamVectorRange(team, Z), [&](const int j) { value[r * Z + j] = v[j]; });
     }
     team.team_barrier();
     Kokkos::parallel_for(Kokkos::TeamVectorRange(team, 3 * Z), [&](const int f) {

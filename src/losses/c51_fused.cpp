@@ -69,7 +69,6 @@ FusedC51::FusedC51(const StepContext& ctx, Gradients& g, const ParamBuffer& grad
   L.target_branch = target.branch_out.data();
   L.online_logp = online.logp.data();
   L.target_logp = target.logp.data();
-  L.head_loads_first = options.head_loads_first ? 1 : 0;
   b.phase();
   b.tiles(options.fuse_head_loss ? kernels::FusedTileKind::c51_head_branch : kernels::FusedTileKind::c51_branch,
           B * K);

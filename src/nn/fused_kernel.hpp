@@ -87,10 +87,6 @@ struct FusedOptions {
   // one launch fewer; loss_threads × loss_lanes teams). false: the head a phase of its own
   // (dueling_threads × dueling_lanes, dueling_rows), then the loss reading it back.
   bool fuse_head_loss = true;
-  // The loss's tiles (fuse_head_loss) copy their three rows' outputs into scratch with all of a
-  // thread's loads before its first store (C51BranchLoss::head_loads_first): the timeline put the
-  // head at 10,000 to 13,000 of a loss tile's 27,000 cycles (H200, B = 256). The same bits.
-  bool head_loads_first = false;
   // The gradient's norm inside the last backward phase: each weight-gradient tile also stores the
   // Σ v² of what it wrote, and the phase's last tile to finish adds them, takes the root and runs
   // the guard's verdict and Adam's prepare (FusedKernel::set_norm_tail; the trainer does so when
