@@ -195,7 +195,6 @@ struct TileProduct {
   }
 
  private:
-
   // Threads that share each row's sum of A (each takes kK / kSumParts of every chunk's k); the
   // parts meet in kSumFloats of scratch past the stages, in a fixed order.
   static constexpr int kSumParts = kHost ? 1 : kThreads / kM;
