@@ -61,6 +61,40 @@ EDITS = [
      "          ? Experimental::CudaLaunchMechanism::LocalMemory\n",
      "      (sizeof(DriverType) < CudaTraits::KernelArgumentLimit)\n"
      "          ? Experimental::CudaLaunchMechanism::LocalMemory\n"),
+    # 7. A team may have more than 48 KiB of scratch: a CUDA kernel can opt in to up to
+    #    sharedMemPerBlockOptin (227 KiB on Hopper) of dynamic shared memory, but Kokkos 3.4
+    #    caps a team at sharedMemPerBlock (48 KiB) and never opts in. Raise the cap, count the
+    #    opt-in limit when it sizes teams, and opt a kernel in before a launch that asks for
+    #    more than 48 KiB (launches only; Kokkos' own graph nodes are left as they were).
+    ("core/src/Cuda/Kokkos_Cuda_Instance.cpp",
+     "    m_maxShmemPerBlock = cudaProp.sharedMemPerBlock;\n",
+     "    m_maxShmemPerBlock = cudaProp.sharedMemPerBlockOptin;\n"),
+    ("core/src/Cuda/Kokkos_Cuda_BlockSize_Deduction.hpp",
+     "  size_t const shmem_per_block         = properties.sharedMemPerBlock;\n"
+     "  size_t const static_shmem            = attributes.sharedSizeBytes;\n"
+     "  size_t const dynamic_shmem_per_block = attributes.maxDynamicSharedSizeBytes;\n",
+     "  size_t const shmem_per_block         = properties.sharedMemPerBlockOptin;\n"
+     "  size_t const static_shmem            = attributes.sharedSizeBytes;\n"
+     "  size_t const dynamic_shmem_per_block =\n"
+     "      properties.sharedMemPerBlockOptin - attributes.sharedSizeBytes;\n"),
+    ("core/src/Cuda/Kokkos_Cuda_KernelLaunch.hpp",
+     "inline void check_shmem_request(CudaInternal const* cuda_instance, int shmem) {\n",
+     "template <class KernelFuncPtr>\n"
+     "inline void opt_in_shmem(KernelFuncPtr const& func, int shmem) {\n"
+     "  if (shmem > 48 * 1024)\n"
+     "    CUDA_SAFE_CALL(cudaFuncSetAttribute(\n"
+     "        func, cudaFuncAttributeMaxDynamicSharedMemorySize, shmem));\n"
+     "}\n"
+     "\n"
+     "inline void check_shmem_request(CudaInternal const* cuda_instance, int shmem) {\n"),
+    ("core/src/Cuda/Kokkos_Cuda_KernelLaunch.hpp",
+     "      Impl::check_shmem_request(cuda_instance, shmem);\n"
+     "\n"
+     "      // If a desired occupancy is specified,",
+     "      Impl::check_shmem_request(cuda_instance, shmem);\n"
+     "      Impl::opt_in_shmem(base_t::get_kernel_func(), shmem);\n"
+     "\n"
+     "      // If a desired occupancy is specified,"),
 ]
 
 
