@@ -9,6 +9,7 @@
 #include "kernels/c51_branch_loss.hpp"
 #include "kernels/c51_head.hpp"
 #include "kernels/fused_norm.hpp"
+#include "kernels/tile_clocks.hpp"
 #include "kernels/tile_product.hpp"
 
 namespace zs::kernels {
@@ -151,12 +152,10 @@ struct FusedProgram {
   }
 
  private:
-  // Clock `c` of tile t of phase p, stored by the team's first thread: a store at once, so that no
-  // clock stays in a register across the tile.
+  // Clock `c` of tile t of phase p (store_clock). Its place is found again at each stamp, so that
+  // no pointer into the timeline stays in a register across the tile either.
   KOKKOS_INLINE_FUNCTION void stamp(const Member& team, int p, int t, TileClock c, std::uint64_t v) const {
-    if (team.team_rank() != 0) return;
-    const int at = tile_index(p, t);
-    Kokkos::single(Kokkos::PerThread(team), [&]() { timeline[kTileClocks * at + static_cast<int>(c)] = v; });
+    store_clock(team, timeline + kTileClocks * tile_index(p, t) + static_cast<int>(c), v);
   }
   // Where tile t of phase p stamps the ends of its parts (TileClock::part1 on), or null.
   KOKKOS_INLINE_FUNCTION std::uint64_t* parts_of(int p, int t) const {
