@@ -202,8 +202,11 @@ TEST(Adam, RunsAndStridedItemsGiveTheSameBits) {
     }
     const Snapshot a(runs), b(strided);
     expect_same(a, b);
-    // Every element moved (none was left out of the items), and the target only with polyak.
-    for (std::size_t i = 0; i < n; ++i) ASSERT_NE(a.params[i], p0[i]) << "param " << i;
+    // Every element was updated (none was left out of the items): its second moment, zero at the
+    // start, holds its gradients' squares. (Its parameter is no proof: three Adam steps of about
+    // ±lr each return one of 65,538 parameters to its start bit for bit in a few runs in a hundred.)
+    for (std::size_t i = 0; i < n; ++i) ASSERT_GT(a.v[i], 0.f) << "element " << i;
+    // The target moves only with polyak.
     EXPECT_EQ(same_bits(a.target, target0), !polyak);
   }
 }
