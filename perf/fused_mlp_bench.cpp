@@ -92,6 +92,27 @@ BENCHMARK(BM_FusedTrunk)
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 
+// The row-block trunk (kernels/row_block_mlp.hpp): a team of 8 warps per block of 16 or 32 rows
+// through both layers, TF32 warp tiles, weights streamed into registers.
+// Args: batch B, trunk width, rows a block (16 or 32), graph (1) or direct (0).
+void BM_RowBlockTrunk(benchmark::State& state) {
+  const int B = static_cast<int>(state.range(0)), width = static_cast<int>(state.range(1));
+  TrunkSetup t(B, width);
+  const auto kernel = state.range(2) == 16 ? zs::TrunkKernel::row_blocks_16 : zs::TrunkKernel::row_blocks_32;
+  const zs::FusedTrunk fused(t.net, {zs::trunk_pass(t.online, t.s, t.on, 0), zs::trunk_pass(t.online, t.s2, t.on, B),
+                                     zs::trunk_pass(t.target, t.s2, t.tg, 0)},
+                             {}, kernel);
+  zs::Stream stream;
+  time_trunk(state, stream, [&] { fused.enqueue(stream.exec()); }, state.range(3) != 0);
+  state.counters["teams"] = fused.teams();
+  state.counters["scratch_bytes"] = static_cast<double>(fused.scratch_bytes());
+}
+BENCHMARK(BM_RowBlockTrunk)
+    ->ArgNames({"B", "width", "rows", "graph"})
+    ->ArgsProduct({{64, 256, 1024, 4096}, {256, 512}, {16, 32}, {1}})
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
+
 // Today's trunk, as ForwardPlan enqueues it: per layer one GEMM batch over the three passes
 // (cuBLAS in the config's precision, TF32 by default) and one bias/ReLU launch over them.
 void BM_TrunkGemmBias(benchmark::State& state) {

@@ -16,6 +16,7 @@
 #include "kernels/fused_mlp.hpp"
 #include "nn/fused_trunk.hpp"
 #include "nn/network_plan.hpp"
+#include "mlp_reference.hpp"
 #include "test_util.hpp"
 
 namespace {
@@ -28,127 +29,7 @@ using zs::test::error_of;
 using zs::test::random_normal;
 using zs::test::to_device;
 using zs::test::to_host;
-
-constexpr float kSentinel = 7777.f;  // what rows past a pass's end must still hold afterwards
-constexpr int kSpareRows = 2;
-
-struct HostLayer {
-  std::vector<float> w, b;  // [out, in] row-major, [out]
-};
-
-// |b| + Σ_k |x_k·w_k| for every output of a layer: the size of what the output sums, which is
-// what its fp32 rounding error scales with (a ReLU output near 0 may sum terms of any size).
-std::vector<double> term_sizes(const std::vector<double>& x, const std::vector<float>& w, const std::vector<float>& b,
-                               int rows, int in, int out) {
-  std::vector<double> sizes(std::size_t(rows) * out);
-  for (int r = 0; r < rows; ++r)
-    for (int o = 0; o < out; ++o) {
-      double s = std::abs(double(b[o]));
-      for (int k = 0; k < in; ++k) s += std::abs(x[std::size_t(r) * in + k] * double(w[std::size_t(o) * in + k]));
-      sizes[std::size_t(r) * out + o] = s;
-    }
-  return sizes;
-}
-
-// Every layer's output [rows, out] in double, y = x·Wᵀ + b with ReLU except maybe after the
-// last, and the term sizes of each.
-struct Reference {
-  std::vector<std::vector<double>> outs, sizes;
-};
-
-Reference reference(const std::vector<int>& widths, const std::vector<HostLayer>& layers,
-                    const std::vector<float>& input, int rows, bool last_relu) {
-  Reference ref;
-  std::vector<double> x(input.begin(), input.end());
-  for (std::size_t l = 0; l < layers.size(); ++l) {
-    const int in = widths[l], out = widths[l + 1];
-    const bool relu = l + 1 < layers.size() || last_relu;
-    std::vector<double> y(std::size_t(rows) * out);
-    for (int r = 0; r < rows; ++r)
-      for (int o = 0; o < out; ++o) {
-        double s = layers[l].b[o];
-        for (int k = 0; k < in; ++k) s += x[std::size_t(r) * in + k] * double(layers[l].w[std::size_t(o) * in + k]);
-        y[std::size_t(r) * out + o] = relu ? std::max(s, 0.0) : s;
-      }
-    ref.sizes.push_back(term_sizes(x, layers[l].w, layers[l].b, rows, in, out));
-    ref.outs.push_back(y);
-    x = y;
-  }
-  return ref;
-}
-
-// The largest error of a row over the largest term size in that row: fp32 sums of a few hundred
-// terms stay well inside 1e-5 of it.
-double max_row_rel(const std::vector<float>& got, const std::vector<double>& want, const std::vector<double>& sizes,
-                   int rows, int cols) {
-  double worst = 0;
-  for (int r = 0; r < rows; ++r) {
-    double err = 0, scale = 1e-30;
-    for (int c = 0; c < cols; ++c) {
-      const std::size_t i = std::size_t(r) * cols + c;
-      err = std::max(err, std::abs(double(got[i]) - want[i]));
-      scale = std::max(scale, sizes[i]);
-    }
-    worst = std::max(worst, err / scale);
-  }
-  return worst;
-}
-
-double largest_abs(const std::vector<double>& v) {
-  double m = 0;
-  for (double x : v) m = std::max(m, std::abs(x));
-  return m;
-}
-
-// One pass's host data and device buffers. Outputs have kSpareRows extra rows of kSentinel.
-struct PassData {
-  int rows = 0;
-  std::vector<HostLayer> host;
-  std::vector<float> input;
-  zs::DeviceFloats d_input;
-  std::vector<zs::DeviceFloats> d_w, d_b, d_out;  // d_out[l] empty: that layer's output not asked for
-
-  PassData(const std::vector<int>& widths, int r, bool hidden, std::uint64_t seed) : rows(r) {
-    input = random_normal(std::size_t(rows) * widths[0], seed);
-    d_input = to_device(input, "input");
-    const int L = static_cast<int>(widths.size()) - 1;
-    for (int l = 0; l < L; ++l) {
-      const int in = widths[l], out = widths[l + 1];
-      // Scaled like a He initialisation, so activations stay O(1) through the stack.
-      host.push_back({random_normal(std::size_t(out) * in, seed + 10 + l, float(std::sqrt(2.0 / in))),
-                      random_normal(out, seed + 100 + l, 0.1f)});
-      d_w.push_back(to_device(host.back().w, "w"));
-      d_b.push_back(to_device(host.back().b, "b"));
-      const bool wanted = hidden || l + 1 == L;
-      d_out.push_back(wanted ? to_device(std::vector<float>(std::size_t(rows + kSpareRows) * out, kSentinel), "out")
-                             : zs::DeviceFloats());
-    }
-  }
-  FusedMlpPass pass() const {
-    FusedMlpPass p;
-    p.input = d_input.data();
-    p.rows = rows;
-    for (std::size_t l = 0; l < d_w.size(); ++l) p.layers.push_back({d_w[l].data(), d_b[l].data(), d_out[l].data()});
-    return p;
-  }
-};
-
-// Every output that was asked for against the reference, and the spare rows untouched. Returns
-// the largest |output| it compared, for the caller to see that its test was not all zeros.
-double expect_matches(const std::vector<int>& widths, const PassData& d, bool last_relu, const std::string& what) {
-  const Reference ref = reference(widths, d.host, d.input, d.rows, last_relu);
-  double largest = 0;
-  for (std::size_t l = 0; l < d.d_out.size(); ++l) {
-    if (d.d_out[l].data() == nullptr) continue;
-    const int out = widths[l + 1];
-    const auto got = to_host(d.d_out[l]);
-    EXPECT_LT(max_row_rel(got, ref.outs[l], ref.sizes[l], d.rows, out), 1e-5) << what << ", layer " << l;
-    for (std::size_t i = std::size_t(d.rows) * out; i < got.size(); ++i)
-      EXPECT_EQ(got[i], kSentinel) << what << ", layer " << l << ": wrote past row " << d.rows;
-    largest = std::max(largest, largest_abs(ref.outs[l]));
-  }
-  return largest;
-}
+using namespace zs::test::mlp;
 
 // One launch of the given passes, synchronised.
 void run(const std::vector<int>& widths, const std::vector<const PassData*>& data, FusedAct last,
@@ -286,7 +167,12 @@ TEST(FusedTrunk, EqualsTheForwardPlansTrunkActivations) {
     std::vector<int> trunk;
     float scale;  // of the parameters: activations neither vanish nor explode over the layers
   };
+  for (const auto kernel : {zs::TrunkKernel::serial_tiles, zs::TrunkKernel::row_blocks_16,
+                            zs::TrunkKernel::row_blocks_32})
   for (const auto& [state_dim, trunk, scale] : {Case{48, {256, 256}, 0.1f}, Case{7, {33, 17, 9}, 0.4f}}) {
+    // The row blocks multiply in TF32 on CUDA (tensor cores), the plan here in FP32.
+    const double tolerance =
+        kernel != zs::TrunkKernel::serial_tiles && zs::WarpTile<zs::ExecSpace>::kRoundsToTf32 ? 2e-3 : 1e-5;
     const auto c = trunk_config(seed, state_dim, trunk);
     const int B = 19;
     const zs::ParamLayout layout(c);
@@ -303,7 +189,8 @@ TEST(FusedTrunk, EqualsTheForwardPlansTrunkActivations) {
     zs::Activations on(c, 2 * B), tg(c, B), on_ref(c, 2 * B), tg_ref(c, B);
     const zs::ForwardPlan plan(net, {{&online, s, &on_ref, 0}, {&online, s2, &on_ref, B}, {&target, s2, &tg_ref, 0}});
     const zs::FusedTrunk fused(net, {zs::trunk_pass(online, s, on, 0), zs::trunk_pass(online, s2, on, B),
-                                     zs::trunk_pass(target, s2, tg, 0)});
+                                     zs::trunk_pass(target, s2, tg, 0)},
+                                {}, kernel);
     plan.enqueue(stream.exec(), gemm);
     fused.enqueue(stream.exec());
     stream.synchronize();
@@ -326,8 +213,9 @@ TEST(FusedTrunk, EqualsTheForwardPlansTrunkActivations) {
         const std::vector<double> bd(b.begin(), b.end());
         const auto sizes = term_sizes(x, to_host(params.weight(static_cast<int>(i))),
                                       to_host(params.bias(static_cast<int>(i))), B, in, out);
-        EXPECT_LT(max_row_rel(a, bd, sizes, B, out), 1e-5) << "state_dim " << state_dim << ", pass " << pass
-                                                            << ", layer " << i;
+        EXPECT_LT(max_row_rel(a, bd, sizes, B, out), tolerance)
+            << "kernel " << static_cast<int>(kernel) << ", state_dim " << state_dim << ", pass " << pass
+            << ", layer " << i;
         EXPECT_GT(largest_abs(bd), 0.01) << "a layer of zeros tests nothing";
         x = bd;
       }

@@ -1,5 +1,6 @@
 // What the program runs on, for `zerosync` to print: backend, Kokkos version, devices.
 #pragma once
+#include <cstddef>
 #include <string>
 #include <vector>
 
@@ -13,5 +14,10 @@ struct DeviceInfo {
 };
 
 DeviceInfo device_info();
+
+// The most team scratch one team may ask for: on CUDA the current device's opt-in shared memory
+// a block (227 KiB on Hopper; cmake/bootstrap/patch_kokkos.py lets Kokkos give it) less 1 KiB
+// that Kokkos keeps for itself; on the host no limit that a kernel here could reach.
+std::size_t max_team_scratch_bytes();
 
 }  // namespace zs

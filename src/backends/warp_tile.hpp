@@ -12,6 +12,8 @@
 // (or load_a / load_b into fragments and t.mma(fa, fb)); then t.for_each([&](int m, int n, float v) {...}). Every lane of the warp must make the same
 // calls (the team thread's code path), with the same pointers.
 #pragma once
+#include <cstdint>
+
 #include "backends/backend.hpp"
 
 // Unrolls the loop that follows in device code, where register arrays must be indexed by
@@ -80,6 +82,42 @@ struct WarpTile {
   KOKKOS_INLINE_FUNCTION static void commit_copies() {}
   template <int N>
   KOKKOS_INLINE_FUNCTION static void wait_copies() {}
+  // A k-step of 16 for a row block whose activations sit in team scratch (A: 16 rows, k-contiguous,
+  // lda a multiple of 4, 16-byte aligned) and whose weights come straight from global memory (B:
+  // W's rows are the 8 output units, k-contiguous with leading dimension ldb). load_b16 reads the
+  // n_left × k_left corner that exists (zero elsewhere); vec says the rows are 16-byte aligned,
+  // which lets CUDA load four floats at once. On CUDA B lands in registers and waits there for
+  // round_b16 and mma16, so a caller can keep several steps of loads on their way. Each side of
+  // the product sums the same 16 k, in an order of its own.
+  static constexpr int kK16 = 16;
+  struct A16 {
+    const float* p;
+    int ld;
+  };
+  struct B16 {
+    const float* p;
+    std::int64_t ld;
+    int n_left, k_left;
+  };
+  KOKKOS_INLINE_FUNCTION static void load_a16(A16& f, const float* a, int lda) { f = {a, lda}; }
+  KOKKOS_INLINE_FUNCTION static void load_b16(B16& f, const float* b, std::int64_t ldb, int n_left, int k_left,
+                                              bool /*vec*/) {
+    f = {b, ldb, n_left, k_left};
+  }
+  KOKKOS_INLINE_FUNCTION static void round_b16(B16&) {}
+  KOKKOS_INLINE_FUNCTION void mma16(const A16& a, const B16& b) {
+    const int nn = b.n_left < kN ? b.n_left : kN, kk = b.k_left < kK16 ? b.k_left : kK16;
+    for (int m = 0; m < kM; ++m)
+      for (int n = 0; n < nn; ++n) {
+        float s = c[m * kN + n];
+        for (int k = 0; k < kk; ++k) s += a.p[m * a.ld + k] * b.p[n * b.ld + k];
+        c[m * kN + n] = s;
+      }
+  }
+  // What an activation becomes as an A operand (stored so into scratch once, read by every
+  // k-step): itself here, TF32 on CUDA.
+  KOKKOS_INLINE_FUNCTION static float to_operand(float x) { return x; }
+
   template <class F>
   KOKKOS_INLINE_FUNCTION void for_each(const F& f) const {
     for (int m = 0; m < kM; ++m)

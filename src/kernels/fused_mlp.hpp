@@ -55,6 +55,31 @@ struct PassEntry {
 
 KOKKOS_INLINE_FUNCTION constexpr int round_up(int n, int m) { return (n + m - 1) / m * m; }
 
+// The checks every launch of a layer stack makes (`who` names it in the message): widths and
+// passes that fit each other. Returns the widest width.
+inline int checked_widest(const char* who, const std::vector<int>& widths, std::size_t passes) {
+  require(widths.size() >= 2, who, ": ", widths.size(), " widths given; expected >= 2 (the input ",
+          "width, then one per layer)");
+  int widest = 0;
+  for (std::size_t i = 0; i < widths.size(); ++i) {
+    require(widths[i] >= 1, who, ": width ", i, " is ", widths[i], "; expected >= 1");
+    if (widths[i] > widest) widest = widths[i];
+  }
+  require(passes > 0, who, ": 0 passes given; expected at least 1");
+  return widest;
+}
+
+inline void check_pass(const char* who, std::size_t p, const FusedMlpPass& x, int n_layers) {
+  require(x.input != nullptr && x.rows >= 1, who, ": pass ", p, " has ", x.input ? "an input" : "no input", " of ",
+          x.rows, " rows; expected an input of >= 1 row");
+  require(static_cast<int>(x.layers.size()) == n_layers, who, ": pass ", p, " has ", x.layers.size(),
+          " layers; expected ", n_layers, " (one per width after the input's)");
+  for (int l = 0; l < n_layers; ++l)
+    require(x.layers[l].w != nullptr && x.layers[l].b != nullptr, who, ": pass ", p, " layer ", l,
+            " has a null weight or bias; expected both");
+  require(x.layers.back().out != nullptr, who, ": pass ", p, " has no output for its last layer; expected one");
+}
+
 }  // namespace fused_detail
 
 // A team per tile of rows of a pass. The team keeps its rows' activations in two scratch
@@ -178,14 +203,7 @@ class FusedMlpLaunch {
   FusedMlpLaunch(const std::vector<int>& widths, const std::vector<FusedMlpPass>& passes, FusedAct last,
                  const FusedMlpOptions& opt = {})
       : n_layers_(static_cast<int>(widths.size()) - 1), last_(last) {
-    require(widths.size() >= 2, "FusedMlpLaunch: ", widths.size(), " widths given; expected >= 2 (the input ",
-            "width, then one per layer)");
-    int widest = 0;
-    for (std::size_t i = 0; i < widths.size(); ++i) {
-      require(widths[i] >= 1, "FusedMlpLaunch: width ", i, " is ", widths[i], "; expected >= 1");
-      if (widths[i] > widest) widest = widths[i];
-    }
-    require(!passes.empty(), "FusedMlpLaunch: 0 passes given; expected at least 1");
+    const int widest = fused_detail::checked_widest("FusedMlpLaunch", widths, passes.size());
     stride_ = fused_detail::round_up(widest, TileN);
 
     const std::size_t budget = opt.scratch_budget;
@@ -208,15 +226,7 @@ class FusedMlpLaunch {
     std::vector<FusedMlpLayer> table;
     for (std::size_t p = 0; p < passes.size(); ++p) {
       const FusedMlpPass& x = passes[p];
-      require(x.input != nullptr && x.rows >= 1, "FusedMlpLaunch: pass ", p, " has ",
-              x.input ? "an input" : "no input", " of ", x.rows, " rows; expected an input of >= 1 row");
-      require(static_cast<int>(x.layers.size()) == n_layers_, "FusedMlpLaunch: pass ", p, " has ", x.layers.size(),
-              " layers; expected ", n_layers_, " (one per width after the input's)");
-      for (int l = 0; l < n_layers_; ++l)
-        require(x.layers[l].w != nullptr && x.layers[l].b != nullptr, "FusedMlpLaunch: pass ", p, " layer ", l,
-                " has a null weight or bias; expected both");
-      require(x.layers.back().out != nullptr, "FusedMlpLaunch: pass ", p,
-              " has no output for its last layer; expected one");
+      fused_detail::check_pass("FusedMlpLaunch", p, x, n_layers_);
       entries.push_back({x.input, x.rows, static_cast<int>(table.size()), teams_});
       table.insert(table.end(), x.layers.begin(), x.layers.end());
       teams_ += (x.rows + rows_ - 1) / rows_;

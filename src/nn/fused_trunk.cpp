@@ -61,13 +61,37 @@ kernels::FusedMlpPass kernel_pass(const Config& c, const FusedTrunkPass& x, std:
 }  // namespace
 
 FusedTrunk::FusedTrunk(const Network& net, const std::vector<FusedTrunkPass>& passes,
-                       const kernels::FusedMlpOptions& opt) {
+                       const kernels::FusedMlpOptions& opt, TrunkKernel kernel)
+    : kernel_(kernel) {
   const Config& c = net.config();
   std::vector<int> widths{c.state_dim};
   widths.insert(widths.end(), c.trunk.begin(), c.trunk.end());
   std::vector<kernels::FusedMlpPass> k;
   for (std::size_t p = 0; p < passes.size(); ++p) k.push_back(kernel_pass(c, passes[p], p));
-  launch_ = kernels::FusedMlpLaunch<ExecSpace>(widths, k, kernels::FusedAct::relu, opt);
+  switch (kernel) {
+    case TrunkKernel::serial_tiles:
+      serial_ = kernels::FusedMlpLaunch<ExecSpace>(widths, k, kernels::FusedAct::relu, opt);
+      break;
+    case TrunkKernel::row_blocks_16:
+      rows16_ = kernels::RowBlockMlpLaunch<ExecSpace, 16>(widths, k, kernels::FusedAct::relu);
+      break;
+    case TrunkKernel::row_blocks_32:
+      rows32_ = kernels::RowBlockMlpLaunch<ExecSpace, 32>(widths, k, kernels::FusedAct::relu);
+      break;
+  }
+}
+
+void FusedTrunk::enqueue(const ExecSpace& exec) const {
+  with_launch([&](const auto& launch) { launch(exec); });
+}
+int FusedTrunk::rows_per_team() const {
+  return with_launch([](const auto& launch) { return launch.rows_per_team(); });
+}
+int FusedTrunk::teams() const {
+  return with_launch([](const auto& launch) { return launch.teams(); });
+}
+std::size_t FusedTrunk::scratch_bytes() const {
+  return with_launch([](const auto& launch) { return launch.scratch_bytes(); });
 }
 
 }  // namespace zs

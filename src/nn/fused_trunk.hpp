@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "kernels/fused_mlp.hpp"
+#include "kernels/row_block_mlp.hpp"
 #include "nn/network.hpp"
 
 namespace zs {
@@ -24,19 +25,39 @@ struct FusedTrunkPass {
 // rows [row0, row0 + input rows) of acts.trunk.
 FusedTrunkPass trunk_pass(const ParamBuffer& params, const ConstMatrixView& input, const Activations& acts, int row0);
 
+// Which kernel runs the trunk: the seventh session's FP32 walk of weight tiles through scratch
+// (kernels/fused_mlp.hpp), or the row blocks of 16 or 32 rows with TF32 warp tiles and weights
+// streamed into registers (kernels/row_block_mlp.hpp).
+enum class TrunkKernel { serial_tiles, row_blocks_16, row_blocks_32 };
+
 class FusedTrunk {
  public:
   // Throws zs::Error naming the pass and the extents when a pass does not fit the network.
-  FusedTrunk(const Network& net, const std::vector<FusedTrunkPass>& passes, const kernels::FusedMlpOptions& opt = {});
+  // opt applies to TrunkKernel::serial_tiles.
+  FusedTrunk(const Network& net, const std::vector<FusedTrunkPass>& passes, const kernels::FusedMlpOptions& opt = {},
+             TrunkKernel kernel = TrunkKernel::serial_tiles);
   // One launch for every pass; no allocation, no sync.
-  void enqueue(const ExecSpace& exec) const { launch_(exec); }
+  void enqueue(const ExecSpace& exec) const;
 
-  int rows_per_team() const { return launch_.rows_per_team(); }
-  int teams() const { return launch_.teams(); }
-  std::size_t scratch_bytes() const { return launch_.scratch_bytes(); }
+  int rows_per_team() const;
+  int teams() const;
+  std::size_t scratch_bytes() const;
 
  private:
-  kernels::FusedMlpLaunch<ExecSpace> launch_;
+  // f(the launch of kernel_).
+  template <class F>
+  decltype(auto) with_launch(F&& f) const {
+    switch (kernel_) {
+      case TrunkKernel::row_blocks_16: return f(rows16_);
+      case TrunkKernel::row_blocks_32: return f(rows32_);
+      default: return f(serial_);
+    }
+  }
+
+  TrunkKernel kernel_;
+  kernels::FusedMlpLaunch<ExecSpace> serial_;
+  kernels::RowBlockMlpLaunch<ExecSpace, 16> rows16_;
+  kernels::RowBlockMlpLaunch<ExecSpace, 32> rows32_;
 };
 
 }  // namespace zs

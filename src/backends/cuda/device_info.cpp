@@ -25,4 +25,11 @@ DeviceInfo device_info() {
   return info;
 }
 
+std::size_t max_team_scratch_bytes() {
+  int device = 0, bytes = 0;
+  ZS_CUDA_CHECK(cudaGetDevice(&device));
+  ZS_CUDA_CHECK(cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  return static_cast<std::size_t>(bytes) - 1024;
+}
+
 }  // namespace zs

@@ -62,6 +62,74 @@ struct WarpTile<Kokkos::Cuda> {
 #endif
   }
 
+  // The k-step of 16 (warp_tile.hpp says what for). Lane (g, t) holds k 4t .. 4t + 3 of A's rows g
+  // and g + 8 (one 16-byte scratch load each) and of B's row g (one 16-byte global load): the
+  // first m16n8k8 takes k 4t and 4t + 1 as its t and t + 4, the second 4t + 2 and 4t + 3. A's
+  // values are TF32 already (to_operand); B's are rounded once a step by round_b16, after they
+  // have landed.
+  static constexpr int kK16 = 16;
+  struct A16 {
+    std::uint32_t x[8];  // row g's four, then row g + 8's
+  };
+  struct B16 {
+    float x[4];
+  };
+  KOKKOS_INLINE_FUNCTION static void load_a16(A16& f, const float* a, int lda) {
+#ifdef __CUDA_ARCH__
+    const int lane = static_cast<int>(threadIdx.x), g = lane >> 2, t = lane & 3;
+    const uint4 lo = *reinterpret_cast<const uint4*>(a + g * lda + 4 * t);
+    const uint4 hi = *reinterpret_cast<const uint4*>(a + (g + 8) * lda + 4 * t);
+    f.x[0] = lo.x, f.x[1] = lo.y, f.x[2] = lo.z, f.x[3] = lo.w;
+    f.x[4] = hi.x, f.x[5] = hi.y, f.x[6] = hi.z, f.x[7] = hi.w;
+#else
+    (void)f, (void)a, (void)lda;
+#endif
+  }
+  KOKKOS_INLINE_FUNCTION static void load_b16(B16& f, const float* b, std::int64_t ldb, int n_left, int k_left,
+                                              bool vec) {
+#ifdef __CUDA_ARCH__
+    const int lane = static_cast<int>(threadIdx.x), g = lane >> 2, k = 4 * (lane & 3);
+    f.x[0] = f.x[1] = f.x[2] = f.x[3] = 0.f;
+    if (g >= n_left || k >= k_left) return;
+    const float* const p = b + g * ldb + k;
+    if (vec && k + 4 <= k_left) {
+      const float4 v = __ldcg(reinterpret_cast<const float4*>(p));
+      f.x[0] = v.x, f.x[1] = v.y, f.x[2] = v.z, f.x[3] = v.w;
+    } else {
+      for (int i = 0; i < 4; ++i)
+        if (k + i < k_left) f.x[i] = __ldcg(p + i);
+    }
+#else
+    (void)f, (void)b, (void)ldb, (void)n_left, (void)k_left, (void)vec;
+#endif
+  }
+  KOKKOS_INLINE_FUNCTION static void round_b16(B16& f) {
+#ifdef __CUDA_ARCH__
+    ZS_UNROLL
+    for (int i = 0; i < 4; ++i) f.x[i] = __uint_as_float(tf32(f.x[i]));
+#else
+    (void)f;
+#endif
+  }
+  KOKKOS_INLINE_FUNCTION void mma16(const A16& a, const B16& b) {
+#ifdef __CUDA_ARCH__
+    const std::uint32_t b0 = __float_as_uint(b.x[0]), b1 = __float_as_uint(b.x[1]);
+    const std::uint32_t b2 = __float_as_uint(b.x[2]), b3 = __float_as_uint(b.x[3]);
+    mma(AFragment{{a.x[0], a.x[4], a.x[1], a.x[5]}}, BFragment{{b0, b1}});
+    mma(AFragment{{a.x[2], a.x[6], a.x[3], a.x[7]}}, BFragment{{b2, b3}});
+#else
+    (void)a, (void)b;
+    Kokkos::abort("WarpTile<Cuda>::mma16 runs on the device only");
+#endif
+  }
+  KOKKOS_INLINE_FUNCTION static float to_operand(float x) {
+#ifdef __CUDA_ARCH__
+    return __uint_as_float(tf32(x));
+#else
+    return x;
+#endif
+  }
+
   // a(m, k) = a[m·a_rs + k·a_ks], b(n, k) = b[n·b_rs + k·b_ks].
   KOKKOS_INLINE_FUNCTION void mma(const float* a, int a_rs, int a_ks, const float* b, int b_rs, int b_ks) {
 #ifdef __CUDA_ARCH__
