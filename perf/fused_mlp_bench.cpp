@@ -3,6 +3,7 @@
 // batched GEMM and a bias/ReLU launch per layer as in ForwardPlan; direct launch and graph replay.
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -12,6 +13,7 @@
 #include "backends/graph.hpp"
 #include "bench_util.hpp"
 #include "kernels/dense_batch.hpp"
+#include "kernels/row_block_mlp.hpp"
 #include "nn/fused_trunk.hpp"
 
 namespace {
@@ -110,6 +112,63 @@ void BM_RowBlockTrunk(benchmark::State& state) {
 BENCHMARK(BM_RowBlockTrunk)
     ->ArgNames({"B", "width", "rows", "graph"})
     ->ArgsProduct({{64, 256, 1024, 4096}, {256, 512}, {16, 32}, {1}})
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
+
+// The row-block kernel's shape, one thing changed at a time from the trunk's (32 rows, 8 warps,
+// 4 steps in flight, groups of 32 columns). Args: B, variant (the list below), graph.
+template <int Rows, int Warps, int Depth, int Group>
+void time_row_block(benchmark::State& state, int B) {
+  TrunkSetup t(B, 256);
+  std::vector<zs::kernels::FusedMlpPass> passes;
+  struct Pass {
+    const zs::ParamBuffer* params;
+    const float* input;
+    zs::Activations* acts;
+    int row0;
+  };
+  for (const Pass& p : {Pass{&t.online, t.s.data(), &t.on, 0}, Pass{&t.online, t.s2.data(), &t.on, B},
+                        Pass{&t.target, t.s2.data(), &t.tg, 0}}) {
+    zs::kernels::FusedMlpPass k{p.input, B, {}};
+    for (int i = 0; i < 2; ++i)
+      k.layers.push_back({p.params->weight(i).data(), p.params->bias(i).data(),
+                          p.acts->trunk[i].data() + std::size_t(p.row0) * 256});
+    passes.push_back(k);
+  }
+  const zs::kernels::RowBlockMlpLaunch<zs::ExecSpace, Rows, Warps, Depth, Group> launch(
+      {t.c.state_dim, 256, 256}, passes, zs::kernels::FusedAct::relu);
+  zs::Stream stream;
+  time_trunk(state, stream, [&] { launch(stream.exec()); }, state.range(2) != 0);
+  state.counters["teams"] = launch.teams();
+  // One more launch with the blocks' clocks: median kcycles of the staging and of each layer.
+  const int stamps = 4;
+  Kokkos::View<std::uint64_t*, zs::MemSpace> clocks("zs::bench::row_block_clocks", std::size_t(launch.teams()) * stamps);
+  launch(stream.exec(), clocks.data());
+  stream.synchronize();
+  const auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), clocks);
+  const char* names[] = {"stage_kc", "layer0_kc", "layer1_kc"};
+  for (int part = 0; part + 1 < stamps; ++part) {
+    std::vector<double> d;
+    for (int b = 0; b < launch.teams(); ++b)
+      d.push_back(static_cast<double>(h(std::size_t(b) * stamps + part + 1) - h(std::size_t(b) * stamps + part)) / 1e3);
+    std::nth_element(d.begin(), d.begin() + d.size() / 2, d.end());
+    state.counters[names[part]] = d[d.size() / 2];
+  }
+}
+void BM_RowBlockShape(benchmark::State& state) {
+  const int B = static_cast<int>(state.range(0));
+  switch (state.range(1)) {
+    case 0: return time_row_block<32, 8, 4, 32>(state, B);
+    case 1: return time_row_block<32, 8, 2, 32>(state, B);
+    case 2: return time_row_block<32, 16, 4, 16>(state, B);
+    case 3: return time_row_block<32, 16, 2, 16>(state, B);
+    case 4: return time_row_block<16, 16, 4, 16>(state, B);
+    default: return time_row_block<32, 4, 4, 32>(state, B);
+  }
+}
+BENCHMARK(BM_RowBlockShape)
+    ->ArgNames({"B", "variant", "graph"})
+    ->ArgsProduct({{256, 4096}, {0, 1, 2, 3, 4, 5}, {1}})
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 

@@ -18,6 +18,7 @@
 #include "backends/warp_tile.hpp"
 #include "core/error.hpp"
 #include "kernels/fused_mlp.hpp"
+#include "kernels/tile_clocks.hpp"
 
 namespace zs::kernels {
 
@@ -35,8 +36,9 @@ struct Layer {
 }  // namespace row_block_detail
 
 // Rows: 16 or 32 rows a team (one or two WarpTiles down a column). Warps: warps a team, each
-// owning groups of 32 output columns in turn. Depth: k-steps of weights a warp keeps in flight.
-template <class Exec, int Rows = 32, int Warps = 8, int Depth = 4>
+// owning groups of Group (16 or 32) output columns in turn. Depth: k-steps of weights a warp
+// keeps in flight.
+template <class Exec, int Rows = 32, int Warps = 8, int Depth = 4, int Group = 32>
 struct RowBlockMlp {
   static_assert(Rows == 16 || Rows == 32, "16 or 32 rows a team");
   using Tile = WarpTile<Exec>;
@@ -44,7 +46,8 @@ struct RowBlockMlp {
   using Mem = typename Exec::memory_space;
   static constexpr bool kHost = Tile::kVectorLength == 1;
   static constexpr int kTm = Rows / Tile::kM;
-  static constexpr int kGroup = 32;  // output columns a warp owns at once
+  static_assert(Group == 16 || Group == 32, "column groups of 16 or 32");
+  static constexpr int kGroup = Group;  // output columns a warp owns at once
   static constexpr int kTn = kGroup / Tile::kN;
   static constexpr int kStep = Tile::kK16;
   // Widths are padded to whole rounds of Depth steps (and so of column groups): a group's loop
@@ -65,6 +68,9 @@ struct RowBlockMlp {
   Kokkos::View<const row_block_detail::Layer*, Mem> layers;  // [pass][layer]
   Kokkos::View<const int*, Mem> widths;                      // [n_layers + 1]
   int n_layers = 0, ld = 0, last_relu = 0;
+  // When given, the block's cycles at its start, once its input is staged and once each layer is
+  // done: clocks[block·(n_layers + 2) + i] (a benchmark's timeline).
+  std::uint64_t* clocks = nullptr;
 
   static std::size_t scratch_bytes(int ld) { return sizeof(float) * 2 * Rows * static_cast<std::size_t>(ld); }
 
@@ -125,6 +131,8 @@ struct RowBlockMlp {
     float* const buf[2] = {static_cast<float*>(team.team_scratch(0).get_shmem(sizeof(float) * Rows * ld)),
                            static_cast<float*>(team.team_scratch(0).get_shmem(sizeof(float) * Rows * ld))};
     const int warp0 = kHost ? 0 : team.team_rank();
+    std::uint64_t* const stamps = clocks != nullptr ? clocks + block * (n_layers + 2) : nullptr;
+    stamp_cycles(team, stamps, 0);
 
     // Every warp starts its weight loads before the input is staged: they need nothing from it.
     Cursor cur[kSlots];
@@ -152,6 +160,7 @@ struct RowBlockMlp {
       });
     }
     team.team_barrier();
+    stamp_cycles(team, stamps, 1);
 
     for (int l = 0; l < n_layers; ++l) {
       const float* const x = buf[l & 1];
@@ -190,6 +199,7 @@ struct RowBlockMlp {
         }
       }
       team.team_barrier();
+      stamp_cycles(team, stamps, 2 + l);
     }
   }
 
@@ -230,10 +240,10 @@ struct RowBlockMlp {
 
 // A prepared launch of RowBlockMlp, with FusedMlpLaunch's interface: shapes checked and tables
 // on the device once, at construction; operator() enqueues one kernel and allocates nothing.
-template <class Exec, int Rows = 32>
+template <class Exec, int Rows = 32, int Warps = 8, int Depth = 4, int Group = 32>
 class RowBlockMlpLaunch {
  public:
-  using Kernel = RowBlockMlp<Exec, Rows>;
+  using Kernel = RowBlockMlp<Exec, Rows, Warps, Depth, Group>;
 
   RowBlockMlpLaunch() = default;
   // widths: the input width, then each layer's output width. last: the last layer's activation.
@@ -265,12 +275,13 @@ class RowBlockMlpLaunch {
     widths_ = device_table<M>("zs::row_block_mlp::widths", widths);
   }
 
-  void operator()(const Exec& exec) const {
+  // clocks: when given, [teams() · (layers + 2)] of RowBlockMlp::clocks' stamps.
+  void operator()(const Exec& exec, std::uint64_t* clocks = nullptr) const {
     Kokkos::TeamPolicy<Exec, Kokkos::LaunchBounds<Kernel::kThreads, 1>> policy(exec, teams_, Kernel::kTeamSize,
                                                                               Kernel::Tile::kVectorLength);
     policy.set_scratch_size(0, Kokkos::PerTeam(scratch_));
     Kokkos::parallel_for("zs::row_block_mlp", policy,
-                         Kernel{passes_, layers_, widths_, n_layers_, ld_, last_ == FusedAct::relu ? 1 : 0});
+                         Kernel{passes_, layers_, widths_, n_layers_, ld_, last_ == FusedAct::relu ? 1 : 0, clocks});
   }
 
   int rows_per_team() const { return Rows; }
