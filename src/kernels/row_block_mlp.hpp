@@ -7,6 +7,9 @@
 // A warp's loads run on across its column groups and across layers (the next layer's first
 // weights land while this one's epilogue runs); only the activations wait for a barrier.
 // The products are WarpTile's k-steps of 16 (TF32 tensor cores on CUDA, FP32 loops on the host).
+// A layer is one or more segments, each its own dense layer reading one segment of the layer
+// before (the heads: every hidden layer reads the trunk, every output layer its own hidden one),
+// so a network of several heads is one stack.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -22,14 +25,51 @@
 
 namespace zs::kernels {
 
-namespace row_block_detail {
-
-// One layer of one pass, as the kernel reads it: vec says W's rows can be loaded 16 bytes at a
-// time (W 16-byte aligned, its width a multiple of 4).
-struct Layer {
+// One segment of a layer of one pass: W [n, k] row-major (k: the width of the segment it reads),
+// b [n], and where its output goes: out [rows, out_ld] from the pass's first row (out_ld 0: n),
+// or null to keep it in scratch only.
+struct RowBlockSegment {
   const float* w = nullptr;
   const float* b = nullptr;
   float* out = nullptr;
+  std::int64_t out_ld = 0;
+};
+
+// A layer's shape, the same for every pass: segment i has n[i] outputs and reads segment from[i]
+// of the layer before (0 for the first layer: the input); relu after it or not.
+struct RowBlockLayerShape {
+  std::vector<int> n, from;
+  bool relu = true;
+};
+
+// One pass: its input [rows, input width] and its segments, layers[l][i] for shape l's segment i.
+struct RowBlockPass {
+  const float* input = nullptr;
+  int rows = 0;
+  std::vector<std::vector<RowBlockSegment>> layers;
+};
+
+namespace row_block_detail {
+
+// Where a segment sits: its outputs and inputs in the team's scratch rows, its column groups
+// among its layer's.
+struct SegmentShape {
+  int n = 0, k = 0;    // outputs, inputs
+  int k0 = 0, c0 = 0;  // first input column in the layer's input buffer, first output column in its output buffer
+  int group0 = 0, groups = 0;
+};
+
+struct LayerShape {
+  int seg0 = 0, segs = 0, groups = 0, relu = 0;
+};
+
+// A segment of a pass, as the kernel reads it: vec says W's rows can be loaded 16 bytes at a
+// time (W 16-byte aligned, k a multiple of 4).
+struct Segment {
+  const float* w = nullptr;
+  const float* b = nullptr;
+  float* out = nullptr;
+  std::int64_t out_ld = 0;
   int vec = 0;
 };
 
@@ -58,55 +98,70 @@ struct RowBlockMlp {
   static constexpr int kTeamSize = kHost ? 1 : Warps;
   static constexpr int kSlots = kHost ? Warps : 1;
   static constexpr int kThreads = kTeamSize * Tile::kVectorLength;
-  // A scratch row: the widest padded width, plus 16 floats on CUDA so that a quarter warp's
+  // A scratch row: the widest padded layer, plus 16 floats on CUDA so that a quarter warp's
   // 16-byte loads of rows g and g + 1 fall in different banks.
   static constexpr int kRowPad = kHost ? 0 : 16;
 
   KOKKOS_INLINE_FUNCTION static constexpr int padded(int w) { return (w + kPad - 1) / kPad * kPad; }
 
-  Kokkos::View<const fused_detail::PassEntry*, Mem> passes;
-  Kokkos::View<const row_block_detail::Layer*, Mem> layers;  // [pass][layer]
-  Kokkos::View<const int*, Mem> widths;                      // [n_layers + 1]
-  int n_layers = 0, ld = 0, last_relu = 0;
+  Kokkos::View<const fused_detail::PassEntry*, Mem> passes;  // layer0: the pass's first segment
+  Kokkos::View<const row_block_detail::LayerShape*, Mem> layers;
+  Kokkos::View<const row_block_detail::SegmentShape*, Mem> shapes;  // every layer's segments
+  Kokkos::View<const row_block_detail::Segment*, Mem> segments;     // [pass][every layer's segments]
+  int n_layers = 0, ld = 0, in_width = 0;
   // When given, the block's cycles at its start, once its input is staged and once each layer is
   // done: clocks[block·(n_layers + 2) + i] (a benchmark's timeline).
   std::uint64_t* clocks = nullptr;
 
   static std::size_t scratch_bytes(int ld) { return sizeof(float) * 2 * Rows * static_cast<std::size_t>(ld); }
 
-  // Where a warp's weight loads are: layer l, column group cg, k-step s of the pass.
+  // Where a warp's weight loads are: layer l, column group g of the layer, k-step s of its
+  // segment (the cached fields: that segment).
   struct Cursor {
-    int l = 0, cg = 0, s = 0;
-    int in = 0, out = 0, steps = 0, groups = 0, vec = 0;
+    int l = 0, g = 0, s = 0;
+    int seg = 0, n = 0, k = 0, steps = 0, first = 0, vec = 0;  // first: the segment's first group
     const float* w = nullptr;
   };
 
-  KOKKOS_INLINE_FUNCTION void settle(Cursor& c, int warp, int layer0) const {
+  // The segment of column group g of layer l (a layer has a few).
+  KOKKOS_INLINE_FUNCTION int segment_of(const row_block_detail::LayerShape& layer, int g) const {
+    int i = layer.seg0;
+    while (i + 1 < layer.seg0 + layer.segs && shapes(i + 1).group0 <= g) ++i;
+    return i;
+  }
+
+  // Moves the cursor on to the first layer from c.l with a group c.g, and caches its segment.
+  KOKKOS_INLINE_FUNCTION void settle(Cursor& c, int warp, int seg_base) const {
     for (;;) {
       if (c.l >= n_layers) {
         c.w = nullptr;  // the warp's work is all loaded
         return;
       }
-      c.in = widths(c.l);
-      c.out = widths(c.l + 1);
-      c.steps = padded(c.in) / kStep;
-      c.groups = padded(c.out) / kGroup;
-      if (c.cg < c.groups) break;
+      if (c.g < layers(c.l).groups) break;
       ++c.l;
-      c.cg = warp;
+      c.g = warp;
     }
-    const row_block_detail::Layer& layer = layers(layer0 + c.l);
-    c.w = layer.w;
-    c.vec = layer.vec;
+    locate(c, seg_base);
   }
-  KOKKOS_INLINE_FUNCTION void advance(Cursor& c, int warp, int layer0) const {
+  KOKKOS_INLINE_FUNCTION void locate(Cursor& c, int seg_base) const {
+    c.seg = segment_of(layers(c.l), c.g);
+    const row_block_detail::SegmentShape& sh = shapes(c.seg);
+    const row_block_detail::Segment& sg = segments(seg_base + c.seg);
+    c.n = sh.n;
+    c.k = sh.k;
+    c.steps = padded(sh.k) / kStep;
+    c.first = sh.group0;
+    c.w = sg.w;
+    c.vec = sg.vec;
+  }
+  KOKKOS_INLINE_FUNCTION void advance(Cursor& c, int warp, int seg_base) const {
     if (++c.s < c.steps) return;
     c.s = 0;
-    c.cg += Warps;
-    if (c.cg < c.groups) return;
+    c.g += Warps;
+    if (c.g < layers(c.l).groups) return locate(c, seg_base);
     ++c.l;
-    c.cg = warp;
-    settle(c, warp, layer0);
+    c.g = warp;
+    settle(c, warp, seg_base);
   }
   // The k-step at the cursor, into f (nothing once the warp's work is all loaded).
   KOKKOS_INLINE_FUNCTION static void load(const Cursor& c, typename Tile::B16 (&f)[kTn]) {
@@ -114,9 +169,9 @@ struct RowBlockMlp {
     const int k0 = c.s * kStep;
     ZS_UNROLL
     for (int j = 0; j < kTn; ++j) {
-      const int n0 = c.cg * kGroup + j * Tile::kN;
-      const bool any = n0 < c.out && k0 < c.in;
-      Tile::load_b16(f[j], any ? c.w + static_cast<std::int64_t>(n0) * c.in + k0 : c.w, c.in, c.out - n0, c.in - k0,
+      const int n0 = (c.g - c.first) * kGroup + j * Tile::kN;
+      const bool any = n0 < c.n && k0 < c.k;
+      Tile::load_b16(f[j], any ? c.w + static_cast<std::int64_t>(n0) * c.k + k0 : c.w, c.k, c.n - n0, c.k - k0,
                      c.vec != 0);
     }
   }
@@ -126,6 +181,7 @@ struct RowBlockMlp {
     int p = 0;
     while (p + 1 < n_passes && passes(p + 1).tile0 <= block) ++p;
     const fused_detail::PassEntry pass = passes(p);
+    const int seg_base = pass.layer0;
     const int r0 = (block - pass.tile0) * Rows;
     const int live = pass.rows - r0 < Rows ? pass.rows - r0 : Rows;
     float* const buf[2] = {static_cast<float*>(team.team_scratch(0).get_shmem(sizeof(float) * Rows * ld)),
@@ -140,17 +196,17 @@ struct RowBlockMlp {
     ZS_UNROLL
     for (int slot = 0; slot < kSlots; ++slot) {
       const int warp = warp0 + slot;
-      cur[slot].cg = warp;
-      settle(cur[slot], warp, pass.layer0);
+      cur[slot].g = warp;
+      settle(cur[slot], warp, seg_base);
       ZS_UNROLL
       for (int d = 0; d < Depth; ++d) {
         load(cur[slot], stage[slot][d]);
-        advance(cur[slot], warp, pass.layer0);
+        advance(cur[slot], warp, seg_base);
       }
     }
 
     {
-      const int in = widths(0), in_pad = padded(in);
+      const int in = in_width, in_pad = padded(in);
       float* const x = buf[0];
       Kokkos::parallel_for(Kokkos::TeamVectorRange(team, Rows * in_pad), [&](const int i) {
         const int r = i / in_pad, c = i % in_pad;
@@ -165,14 +221,15 @@ struct RowBlockMlp {
     for (int l = 0; l < n_layers; ++l) {
       const float* const x = buf[l & 1];
       float* const y = buf[(l + 1) & 1];
-      const int in = widths(l), out = widths(l + 1);
-      const int steps = padded(in) / kStep, groups = padded(out) / kGroup;
-      const row_block_detail::Layer layer = layers(pass.layer0 + l);
-      const bool relu = l + 1 < n_layers || last_relu != 0;
+      const row_block_detail::LayerShape layer = layers(l);
       ZS_UNROLL
       for (int slot = 0; slot < kSlots; ++slot) {
         const int warp = warp0 + slot;
-        for (int cg = warp; cg < groups; cg += Warps) {
+        for (int g = warp; g < layer.groups; g += Warps) {
+          const int seg = segment_of(layer, g);
+          const row_block_detail::SegmentShape sh = shapes(seg);
+          const int steps = padded(sh.k) / kStep;
+          const float* const xs = x + sh.k0;
           Tile acc[kTm][kTn];
           ZS_UNROLL
           for (int i = 0; i < kTm; ++i)
@@ -184,7 +241,7 @@ struct RowBlockMlp {
               const int k0 = (s0 + d) * kStep;
               typename Tile::A16 a[kTm];
               ZS_UNROLL
-              for (int i = 0; i < kTm; ++i) Tile::load_a16(a[i], x + i * Tile::kM * ld + k0, ld);
+              for (int i = 0; i < kTm; ++i) Tile::load_a16(a[i], xs + i * Tile::kM * ld + k0, ld);
               ZS_UNROLL
               for (int j = 0; j < kTn; ++j) Tile::round_b16(stage[slot][d][j]);
               ZS_UNROLL
@@ -192,10 +249,10 @@ struct RowBlockMlp {
                 ZS_UNROLL
                 for (int j = 0; j < kTn; ++j) acc[i][j].mma16(a[i], stage[slot][d][j]);
               load(cur[slot], stage[slot][d]);
-              advance(cur[slot], warp, pass.layer0);
+              advance(cur[slot], warp, seg_base);
             }
           }
-          epilogue(acc, layer, cg, out, relu, y, r0, live);
+          epilogue(acc, segments(seg_base + seg), sh, (g - sh.group0) * kGroup, layer.relu != 0, y, r0, live);
         }
       }
       team.team_barrier();
@@ -204,10 +261,12 @@ struct RowBlockMlp {
   }
 
   // acc + bias, the ReLU (NaN stays NaN for the guard), into the next layer's scratch (as its A
-  // operand) and, for the rows and columns that exist, to the layer's output. Columns past the
-  // layer's width come out 0 (zero weights, no bias), as the next layer's padding must be.
-  KOKKOS_INLINE_FUNCTION void epilogue(const Tile (&acc)[kTm][kTn], const row_block_detail::Layer& layer, int cg,
-                                       int out, bool relu, float* y, int r0, int live) const {
+  // operand) and, for the rows and columns that exist, to the segment's output. Columns past the
+  // segment's width come out 0 (zero weights, no bias), as the next layer's padding must be.
+  // c0: the group's first column in its segment.
+  KOKKOS_INLINE_FUNCTION void epilogue(const Tile (&acc)[kTm][kTn], const row_block_detail::Segment& sg,
+                                       const row_block_detail::SegmentShape& sh, int c0, bool relu, float* y, int r0,
+                                       int live) const {
     // Every bias first: a load after a store the compiler cannot tell apart waits for it. A
     // column's bias is kept by accumulator element (the same columns in every row tile), so that
     // on CUDA each index is a constant.
@@ -217,62 +276,57 @@ struct RowBlockMlp {
     for (int j = 0; j < kTn; ++j) {
       int e = 0;
       acc[0][j].for_each([&](int, int n, float) {
-        const int col = cg * kGroup + j * Tile::kN + n;
-        bias[j][e++] = col < out ? layer.b[col] : 0.f;
+        const int col = c0 + j * Tile::kN + n;
+        bias[j][e++] = col < sh.n ? sg.b[col] : 0.f;
       });
     }
+    float* const ys = y + sh.c0;
     ZS_UNROLL
     for (int i = 0; i < kTm; ++i)
       ZS_UNROLL
       for (int j = 0; j < kTn; ++j) {
         int e = 0;
         acc[i][j].for_each([&](int m, int n, float v) {
-          const int row = i * Tile::kM + m, col = cg * kGroup + j * Tile::kN + n;
+          const int row = i * Tile::kM + m, col = c0 + j * Tile::kN + n;
           v += bias[j][e++];
           if (relu && v < 0.f) v = 0.f;
-          y[row * ld + col] = Tile::to_operand(v);
-          if (layer.out != nullptr && row < live && col < out)
-            layer.out[static_cast<std::int64_t>(r0 + row) * out + col] = v;
+          ys[row * ld + col] = Tile::to_operand(v);
+          if (sg.out != nullptr && row < live && col < sh.n) sg.out[static_cast<std::int64_t>(r0 + row) * sg.out_ld + col] = v;
         });
       }
   }
 };
 
-// A prepared launch of RowBlockMlp, with FusedMlpLaunch's interface: shapes checked and tables
-// on the device once, at construction; operator() enqueues one kernel and allocates nothing.
+// A prepared launch of RowBlockMlp: shapes checked and tables on the device once, at
+// construction; operator() enqueues one kernel and allocates nothing.
 template <class Exec, int Rows = 32, int Warps = 8, int Depth = 4, int Group = 32>
 class RowBlockMlpLaunch {
  public:
   using Kernel = RowBlockMlp<Exec, Rows, Warps, Depth, Group>;
 
   RowBlockMlpLaunch() = default;
-  // widths: the input width, then each layer's output width. last: the last layer's activation.
-  RowBlockMlpLaunch(const std::vector<int>& widths, const std::vector<FusedMlpPass>& passes, FusedAct last)
-      : n_layers_(static_cast<int>(widths.size()) - 1), last_(last) {
-    const int widest = fused_detail::checked_widest("RowBlockMlpLaunch", widths, passes.size());
-    ld_ = Kernel::padded(widest) + Kernel::kRowPad;
-    scratch_ = Kernel::scratch_bytes(ld_);
-    const std::size_t most = max_team_scratch_bytes();
-    require(scratch_ <= most, "RowBlockMlpLaunch: ", Rows, " rows of width ", widest, " need ", scratch_,
-            " bytes of team scratch; expected at most ", most, " (narrower layers)");
 
-    std::vector<fused_detail::PassEntry> entries;
-    std::vector<row_block_detail::Layer> table;
+  // A network of segments: the input's width, each layer's shape, and the passes.
+  RowBlockMlpLaunch(int input_width, const std::vector<RowBlockLayerShape>& shape, const std::vector<RowBlockPass>& passes) {
+    build(input_width, shape, passes);
+  }
+
+  // A plain stack (FusedMlpLaunch's interface): widths: the input width, then each layer's
+  // output width; last: the last layer's activation (ReLU between the others).
+  RowBlockMlpLaunch(const std::vector<int>& widths, const std::vector<FusedMlpPass>& passes, FusedAct last) {
+    fused_detail::checked_widest("RowBlockMlpLaunch", widths, passes.size());
+    const int L = static_cast<int>(widths.size()) - 1;
+    std::vector<RowBlockLayerShape> shape;
+    for (int l = 0; l < L; ++l) shape.push_back({{widths[l + 1]}, {0}, l + 1 < L || last == FusedAct::relu});
+    std::vector<RowBlockPass> ps;
     for (std::size_t p = 0; p < passes.size(); ++p) {
       const FusedMlpPass& x = passes[p];
-      fused_detail::check_pass("RowBlockMlpLaunch", p, x, n_layers_);
-      entries.push_back({x.input, x.rows, static_cast<int>(table.size()), teams_});
-      for (int l = 0; l < n_layers_; ++l) {
-        const FusedMlpLayer& y = x.layers[l];
-        const bool vec = widths[l] % 4 == 0 && reinterpret_cast<std::uintptr_t>(y.w) % 16 == 0;
-        table.push_back({y.w, y.b, y.out, vec ? 1 : 0});
-      }
-      teams_ += (x.rows + Rows - 1) / Rows;
+      fused_detail::check_pass("RowBlockMlpLaunch", p, x, L);
+      RowBlockPass q{x.input, x.rows, {}};
+      for (int l = 0; l < L; ++l) q.layers.push_back({{x.layers[l].w, x.layers[l].b, x.layers[l].out, widths[l + 1]}});
+      ps.push_back(q);
     }
-    using M = typename Exec::memory_space;
-    passes_ = device_table<M>("zs::row_block_mlp::passes", entries);
-    layers_ = device_table<M>("zs::row_block_mlp::layers", table);
-    widths_ = device_table<M>("zs::row_block_mlp::widths", widths);
+    build(widths[0], shape, ps);
   }
 
   // clocks: when given, [teams() · (layers + 2)] of RowBlockMlp::clocks' stamps.
@@ -281,20 +335,98 @@ class RowBlockMlpLaunch {
                                                                               Kernel::Tile::kVectorLength);
     policy.set_scratch_size(0, Kokkos::PerTeam(scratch_));
     Kokkos::parallel_for("zs::row_block_mlp", policy,
-                         Kernel{passes_, layers_, widths_, n_layers_, ld_, last_ == FusedAct::relu ? 1 : 0, clocks});
+                         Kernel{passes_, layers_, shapes_, segments_, n_layers_, ld_, in_width_, clocks});
   }
 
   int rows_per_team() const { return Rows; }
   int teams() const { return teams_; }
+  int layers() const { return n_layers_; }
   std::size_t scratch_bytes() const { return scratch_; }
 
  private:
+  void build(int input_width, const std::vector<RowBlockLayerShape>& shape, const std::vector<RowBlockPass>& passes) {
+    const char* who = "RowBlockMlpLaunch";
+    require(input_width >= 1, who, ": input width ", input_width, "; expected >= 1");
+    require(!shape.empty(), who, ": 0 layers given; expected at least 1");
+    require(!passes.empty(), who, ": 0 passes given; expected at least 1");
+    n_layers_ = static_cast<int>(shape.size());
+    in_width_ = input_width;
+    std::vector<row_block_detail::LayerShape> layers;
+    std::vector<row_block_detail::SegmentShape> shapes;
+    // The segments of the layer before: the input, one segment at column 0.
+    std::vector<row_block_detail::SegmentShape> before{{input_width, 0, 0, 0, 0, 0}};
+    int widest = Kernel::padded(input_width);
+    for (int l = 0; l < n_layers_; ++l) {
+      const RowBlockLayerShape& s = shape[static_cast<std::size_t>(l)];
+      require(!s.n.empty() && s.n.size() == s.from.size(), who, ": layer ", l, " has ", s.n.size(), " widths and ",
+              s.from.size(), " sources; expected as many of each, at least 1");
+      row_block_detail::LayerShape ls{static_cast<int>(shapes.size()), static_cast<int>(s.n.size()), 0, s.relu ? 1 : 0};
+      std::vector<row_block_detail::SegmentShape> now;
+      int c0 = 0;
+      for (std::size_t i = 0; i < s.n.size(); ++i) {
+        require(s.n[i] >= 1, who, ": layer ", l, " segment ", i, " has width ", s.n[i], "; expected >= 1");
+        require(s.from[i] >= 0 && s.from[i] < static_cast<int>(before.size()), who, ": layer ", l, " segment ", i,
+                " reads segment ", s.from[i], " of the layer before; expected 0 to ", before.size() - 1);
+        const row_block_detail::SegmentShape& src = before[static_cast<std::size_t>(s.from[i])];
+        row_block_detail::SegmentShape sh{s.n[i], src.n, src.c0, c0, ls.groups, Kernel::padded(s.n[i]) / Kernel::kGroup};
+        ls.groups += sh.groups;
+        c0 += Kernel::padded(s.n[i]);
+        now.push_back(sh);
+        shapes.push_back(sh);
+      }
+      if (c0 > widest) widest = c0;
+      layers.push_back(ls);
+      before = now;
+    }
+    ld_ = widest + Kernel::kRowPad;
+    scratch_ = Kernel::scratch_bytes(ld_);
+    const std::size_t most = max_team_scratch_bytes();
+    require(scratch_ <= most, who, ": ", Rows, " rows of ", widest, " columns (padded) need ", scratch_,
+            " bytes of team scratch; expected at most ", most, " (narrower layers)");
+
+    std::vector<fused_detail::PassEntry> entries;
+    std::vector<row_block_detail::Segment> table;
+    teams_ = 0;
+    for (std::size_t p = 0; p < passes.size(); ++p) {
+      const RowBlockPass& x = passes[p];
+      require(x.input != nullptr && x.rows >= 1, who, ": pass ", p, " has ", x.input ? "an input" : "no input", " of ",
+              x.rows, " rows; expected an input of >= 1 row");
+      require(static_cast<int>(x.layers.size()) == n_layers_, who, ": pass ", p, " has ", x.layers.size(),
+              " layers; expected ", n_layers_);
+      entries.push_back({x.input, x.rows, static_cast<int>(table.size()), teams_});
+      for (int l = 0; l < n_layers_; ++l) {
+        const auto& segs = x.layers[static_cast<std::size_t>(l)];
+        require(segs.size() == shape[static_cast<std::size_t>(l)].n.size(), who, ": pass ", p, " layer ", l, " has ",
+                segs.size(), " segments; expected ", shape[static_cast<std::size_t>(l)].n.size());
+        for (std::size_t i = 0; i < segs.size(); ++i) {
+          const RowBlockSegment& y = segs[i];
+          const row_block_detail::SegmentShape& sh = shapes[static_cast<std::size_t>(layers[l].seg0) + i];
+          require(y.w != nullptr && y.b != nullptr, who, ": pass ", p, " layer ", l, " segment ", i,
+                  " has a null weight or bias; expected both");
+          require(y.out != nullptr || l + 1 < n_layers_, who, ": pass ", p, " layer ", l, " segment ", i,
+                  " has no output; expected one in the last layer");
+          const std::int64_t out_ld = y.out_ld == 0 ? sh.n : y.out_ld;
+          require(out_ld >= sh.n, who, ": pass ", p, " layer ", l, " segment ", i, " has out_ld ", out_ld,
+                  "; expected >= its width ", sh.n);
+          const bool vec = sh.k % 4 == 0 && reinterpret_cast<std::uintptr_t>(y.w) % 16 == 0;
+          table.push_back({y.w, y.b, y.out, out_ld, vec ? 1 : 0});
+        }
+      }
+      teams_ += (x.rows + Rows - 1) / Rows;
+    }
+    using M = typename Exec::memory_space;
+    passes_ = device_table<M>("zs::row_block_mlp::passes", entries);
+    layers_ = device_table<M>("zs::row_block_mlp::layers", layers);
+    shapes_ = device_table<M>("zs::row_block_mlp::shapes", shapes);
+    segments_ = device_table<M>("zs::row_block_mlp::segments", table);
+  }
+
   Kokkos::View<fused_detail::PassEntry*, typename Exec::memory_space> passes_;
-  Kokkos::View<row_block_detail::Layer*, typename Exec::memory_space> layers_;
-  Kokkos::View<int*, typename Exec::memory_space> widths_;
-  int n_layers_ = 0, ld_ = 0, teams_ = 0;
+  Kokkos::View<row_block_detail::LayerShape*, typename Exec::memory_space> layers_;
+  Kokkos::View<row_block_detail::SegmentShape*, typename Exec::memory_space> shapes_;
+  Kokkos::View<row_block_detail::Segment*, typename Exec::memory_space> segments_;
+  int n_layers_ = 0, ld_ = 0, in_width_ = 0, teams_ = 0;
   std::size_t scratch_ = 0;
-  FusedAct last_ = FusedAct::none;
 };
 
 }  // namespace zs::kernels
