@@ -8,13 +8,16 @@
 #include <cstdint>
 #include <functional>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "backends/graph.hpp"
 #include "bench_util.hpp"
 #include "kernels/dense_batch.hpp"
 #include "kernels/row_block_mlp.hpp"
+#include "nn/fused_forward.hpp"
 #include "nn/fused_trunk.hpp"
+#include "nn/row_block_forward.hpp"
 
 namespace {
 
@@ -115,6 +118,24 @@ BENCHMARK(BM_RowBlockTrunk)
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 
+// Median kcycles of each part of a row-block launch (input staged, then each layer) over its
+// blocks, from one more launch with clocks: counters stage_kc, layer0_kc, …
+void row_block_parts(benchmark::State& state, zs::Stream& stream, int teams, int layers,
+                     const std::function<void(std::uint64_t*)>& launch) {
+  const int stamps = layers + 2;
+  Kokkos::View<std::uint64_t*, zs::MemSpace> clocks("zs::bench::row_block_clocks", std::size_t(teams) * stamps);
+  launch(clocks.data());
+  stream.synchronize();
+  const auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), clocks);
+  for (int part = 0; part + 1 < stamps; ++part) {
+    std::vector<double> d;
+    for (int b = 0; b < teams; ++b)
+      d.push_back(static_cast<double>(h(std::size_t(b) * stamps + part + 1) - h(std::size_t(b) * stamps + part)) / 1e3);
+    std::nth_element(d.begin(), d.begin() + d.size() / 2, d.end());
+    state.counters[part == 0 ? std::string("stage_kc") : "layer" + std::to_string(part - 1) + "_kc"] = d[d.size() / 2];
+  }
+}
+
 // The row-block kernel's shape, one thing changed at a time from the trunk's (32 rows, 8 warps,
 // 4 steps in flight, groups of 32 columns). Args: B, variant (the list below), graph.
 template <int Rows, int Warps, int Depth, int Group>
@@ -140,20 +161,7 @@ void time_row_block(benchmark::State& state, int B) {
   zs::Stream stream;
   time_trunk(state, stream, [&] { launch(stream.exec()); }, state.range(2) != 0);
   state.counters["teams"] = launch.teams();
-  // One more launch with the blocks' clocks: median kcycles of the staging and of each layer.
-  const int stamps = 4;
-  Kokkos::View<std::uint64_t*, zs::MemSpace> clocks("zs::bench::row_block_clocks", std::size_t(launch.teams()) * stamps);
-  launch(stream.exec(), clocks.data());
-  stream.synchronize();
-  const auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), clocks);
-  const char* names[] = {"stage_kc", "layer0_kc", "layer1_kc"};
-  for (int part = 0; part + 1 < stamps; ++part) {
-    std::vector<double> d;
-    for (int b = 0; b < launch.teams(); ++b)
-      d.push_back(static_cast<double>(h(std::size_t(b) * stamps + part + 1) - h(std::size_t(b) * stamps + part)) / 1e3);
-    std::nth_element(d.begin(), d.begin() + d.size() / 2, d.end());
-    state.counters[names[part]] = d[d.size() / 2];
-  }
+  row_block_parts(state, stream, launch.teams(), launch.layers(), [&](std::uint64_t* c) { launch(stream.exec(), c); });
 }
 void BM_RowBlockShape(benchmark::State& state) {
   const int B = static_cast<int>(state.range(0));
@@ -169,6 +177,43 @@ void BM_RowBlockShape(benchmark::State& state) {
 BENCHMARK(BM_RowBlockShape)
     ->ArgNames({"B", "variant", "graph"})
     ->ArgsProduct({{256, 4096}, {0, 1, 2, 3, 4, 5}, {1}})
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
+
+// Every layer of the network (trunk, heads' hidden, output layers) for the step's three passes as
+// one row-block launch (nn/row_block_forward.hpp), against the fused forward's phases
+// (BM_FusedForwardPhases, which also runs the dueling head). Args: B, trunk width, rows a block.
+void BM_RowBlockForward(benchmark::State& state) {
+  const int B = static_cast<int>(state.range(0)), width = static_cast<int>(state.range(1));
+  TrunkSetup t(B, width);
+  const zs::RowBlockForward fwd(t.net, {{&t.online, t.s, &t.on, 0}, {&t.online, t.s2, &t.on, B}, {&t.target, t.s2, &t.tg, 0}},
+                                static_cast<int>(state.range(2)));
+  zs::Stream stream;
+  time_trunk(state, stream, [&] { fwd.enqueue(stream.exec()); }, true);
+  state.counters["teams"] = fwd.teams();
+  state.counters["scratch_bytes"] = static_cast<double>(fwd.scratch_bytes());
+  row_block_parts(state, stream, fwd.teams(), fwd.layers(), [&](std::uint64_t* c) { fwd.enqueue(stream.exec(), c); });
+}
+BENCHMARK(BM_RowBlockForward)
+    ->ArgNames({"B", "width", "rows"})
+    ->ArgsProduct({{64, 256, 1024, 4096}, {256}, {16, 32}})
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
+
+// The fused step's forward phases (nn/fused_forward.hpp, launches with the step's defaults): the
+// trunk, the heads' hidden and output layers and the dueling head, graph replay.
+void BM_FusedForwardPhases(benchmark::State& state) {
+  const int B = static_cast<int>(state.range(0)), width = static_cast<int>(state.range(1));
+  TrunkSetup t(B, width);
+  zs::FusedOptions o;
+  o.mode = zs::PhasedMode::launches;
+  const zs::FusedForward fwd(t.net, {{&t.online, t.s, &t.on, 0}, {&t.online, t.s2, &t.on, B}, {&t.target, t.s2, &t.tg, 0}}, o);
+  zs::Stream stream;
+  time_trunk(state, stream, [&] { fwd.enqueue(stream.exec()); }, true);
+}
+BENCHMARK(BM_FusedForwardPhases)
+    ->ArgNames({"B", "width"})
+    ->ArgsProduct({{64, 256, 1024, 4096}, {256}})
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 

@@ -24,6 +24,7 @@
 #include "losses/c51.hpp"
 #include "network_reference.hpp"
 #include "nn/fused_forward.hpp"
+#include "nn/row_block_forward.hpp"
 #include "same_batches.hpp"
 #include "test_util.hpp"
 #include "train/trainer.hpp"
@@ -163,6 +164,61 @@ TEST(FusedForward, MatchesTheNetworksPerLayerForwardPersistentAndAsLaunches) {
       logps.back().insert(logps.back().end(), t.begin(), t.end());
     }
     EXPECT_TRUE(zs::test::same_bits(logps[0], logps[1])) << "persistent and one launch per phase differ";
+  }
+}
+
+// The row-block forward (one launch of every layer, nn/row_block_forward.hpp) writes every
+// activation the per-layer forward writes but the log-probabilities: trunk, hidden and biased
+// output layers, for three passes into two Activations.
+TEST(RowBlockForward, MatchesTheNetworksPerLayerForward) {
+  const auto seed = zs::test::fresh_seed();
+  SCOPED_TRACE(testing::Message() << "seed " << seed);
+  nlohmann::json reference_like = odd_net(seed);
+  reference_like["state_dim"] = 48;
+  reference_like["trunk"] = {128, 128};
+  reference_like["head_hidden"] = 64;
+  reference_like["branches"] = {5, 3, 3};
+  reference_like["atoms"] = 51;
+  for (const auto& j : {odd_net(seed), reference_like}) {
+    const auto c = zs::Config::from_json(j);
+    const zs::ParamLayout layout(c);
+    const zs::Network net(c, layout);
+    zs::ParamBuffer online(layout, "online"), target(layout, "target");
+    fill(online.flat(), seed + 1, 0.4f / std::sqrt(float(c.trunk[0]) / 32.f));
+    fill(target.flat(), seed + 2, 0.4f / std::sqrt(float(c.trunk[0]) / 32.f));
+    for (const int B : {3, 70})
+      for (const int rows : {16, 32}) {
+        SCOPED_TRACE(testing::Message() << "state_dim " << c.state_dim << ", B = " << B << ", rows " << rows);
+        zs::DeviceFloats states("states", std::size_t(2) * B * c.state_dim);
+        fill(states, seed + 3 + B, 1.f);
+        const zs::ConstMatrixView s(states.data(), B, c.state_dim),
+            s2(states.data() + std::size_t(B) * c.state_dim, B, c.state_dim), all(states.data(), 2 * B, c.state_dim);
+        zs::Stream stream;
+        zs::Gemm gemm(stream, zs::Precision::fp32);
+        zs::Activations on_ref(c, 2 * B), tg_ref(c, B), on(c, 2 * B), tg(c, B);
+        net.forward(stream.exec(), gemm, online, all, on_ref);
+        net.forward(stream.exec(), gemm, target, s2, tg_ref);
+        const zs::RowBlockForward fwd(net, {{&online, s, &on, 0}, {&online, s2, &on, B}, {&target, s2, &tg, 0}}, rows);
+        EXPECT_EQ(fwd.layers(), static_cast<int>(c.trunk.size()) + 2);
+        EXPECT_EQ(fwd.teams(), 3 * ((B + rows - 1) / rows));
+        fwd.enqueue(stream.exec());
+        stream.synchronize();
+        const double tol = kTf32 ? 3e-3 : 1e-5;
+        for (const auto& [got, want] : {std::pair<const zs::Activations*, const zs::Activations*>{&on, &on_ref},
+                                        std::pair<const zs::Activations*, const zs::Activations*>{&tg, &tg_ref}}) {
+          for (std::size_t i = 0; i < c.trunk.size(); ++i)
+            EXPECT_LT(max_rel(to_host(got->trunk[i]), to_host(want->trunk[i])), tol) << "trunk " << i;
+          EXPECT_LT(max_rel(to_host(got->value_hidden), to_host(want->value_hidden)), tol);
+          EXPECT_LT(max_rel(to_host(got->value_out), to_host(want->value_out)), tol);
+          for (std::size_t k = 0; k < c.branches.size(); ++k)
+            EXPECT_LT(max_rel(to_host(got->branch_hidden[k]), to_host(want->branch_hidden[k])), tol) << "branch " << k;
+          const auto bo = to_host(want->branch_out);
+          EXPECT_LT(max_rel(to_host(got->branch_out), bo), tol);
+          double largest = 0;
+          for (float v : bo) largest = std::max(largest, std::abs(double(v)));
+          EXPECT_GT(largest, 0.05) << "outputs near zero test little";
+        }
+      }
   }
 }
 

@@ -155,6 +155,7 @@ struct RowBlockMlp {
     c.vec = sg.vec;
   }
   KOKKOS_INLINE_FUNCTION void advance(Cursor& c, int warp, int seg_base) const {
+    if (c.w == nullptr) return;  // past the warp's last load: it stays there
     if (++c.s < c.steps) return;
     c.s = 0;
     c.g += Warps;
@@ -252,7 +253,8 @@ struct RowBlockMlp {
               advance(cur[slot], warp, seg_base);
             }
           }
-          epilogue(acc, segments(seg_base + seg), sh, (g - sh.group0) * kGroup, layer.relu != 0, y, r0, live);
+          epilogue(acc, segments(seg_base + seg), sh, (g - sh.group0) * kGroup, layer.relu != 0,
+                   l + 1 < n_layers ? y : nullptr, r0, live);
         }
       }
       team.team_barrier();
@@ -260,10 +262,10 @@ struct RowBlockMlp {
     }
   }
 
-  // acc + bias, the ReLU (NaN stays NaN for the guard), into the next layer's scratch (as its A
-  // operand) and, for the rows and columns that exist, to the segment's output. Columns past the
-  // segment's width come out 0 (zero weights, no bias), as the next layer's padding must be.
-  // c0: the group's first column in its segment.
+  // acc + bias, the ReLU (NaN stays NaN for the guard), into the next layer's scratch y (as its A
+  // operand; none after the last layer) and, for the rows and columns that exist, to the
+  // segment's output. Columns past the segment's width come out 0 (zero weights, no bias), as the
+  // next layer's padding must be. c0: the group's first column in its segment.
   KOKKOS_INLINE_FUNCTION void epilogue(const Tile (&acc)[kTm][kTn], const row_block_detail::Segment& sg,
                                        const row_block_detail::SegmentShape& sh, int c0, bool relu, float* y, int r0,
                                        int live) const {
@@ -280,7 +282,7 @@ struct RowBlockMlp {
         bias[j][e++] = col < sh.n ? sg.b[col] : 0.f;
       });
     }
-    float* const ys = y + sh.c0;
+    float* const ys = y != nullptr ? y + sh.c0 : nullptr;
     ZS_UNROLL
     for (int i = 0; i < kTm; ++i)
       ZS_UNROLL
@@ -290,7 +292,7 @@ struct RowBlockMlp {
           const int row = i * Tile::kM + m, col = c0 + j * Tile::kN + n;
           v += bias[j][e++];
           if (relu && v < 0.f) v = 0.f;
-          ys[row * ld + col] = Tile::to_operand(v);
+          if (ys != nullptr) ys[row * ld + col] = Tile::to_operand(v);
           if (sg.out != nullptr && row < live && col < sh.n) sg.out[static_cast<std::int64_t>(r0 + row) * sg.out_ld + col] = v;
         });
       }
@@ -374,7 +376,7 @@ class RowBlockMlpLaunch {
         now.push_back(sh);
         shapes.push_back(sh);
       }
-      if (c0 > widest) widest = c0;
+      if (l + 1 < n_layers_ && c0 > widest) widest = c0;  // the last layer's output stays out of scratch
       layers.push_back(ls);
       before = now;
     }
