@@ -3,6 +3,9 @@
 
 Usage: kernel_registers.py [BUILD_DIR] [SOURCE]   (defaults: build/cuda, src/nn/fused_kernel.cpp)
 
+With SOURCE perf/fused_mlp_bench.cpp (or any file that instantiates kernels::RowBlockMlp) it prints
+the row-block kernels instead: rows, warps, k-steps in flight, column group, registers, spills.
+
 Recompiles SOURCE alone with the command in BUILD_DIR/compile_commands.json plus -Xptxas=-v (into a
 temporary object; the build is untouched) and prints one row per kernel of FusedProgram phases: the
 tile kinds it is compiled for (kernels::kind_bit mask), the product tile (rows × cols, stages), whether
@@ -39,7 +42,7 @@ def main() -> int:
         print(log[-4000:], file=sys.stderr)
         print(f"kernel_registers: compiling {source} failed (exit {run.returncode})", file=sys.stderr)
         return 1
-    rows, fn, spill = [], None, ""
+    rows, blocks, fn, spill = [], [], None, ""
     for line in log.splitlines():
         m = re.search(r"Compiling entry function '([^']+)'", line)
         if m:
@@ -56,7 +59,17 @@ def main() -> int:
                 # Kernels of no product (kind bit 0) are compiled with the default tile arguments.
                 tile = f"{r} × {c}, {st}" if int(kinds) & 1 else "—"
                 rows.append((int(kinds), tile, "EveryPhase" in fn, int(m.group(1)), spill))
+            k = re.search(r"RowBlockMlpI\w*?CudaELi(\d+)ELi(\d+)ELi(\d+)ELi(\d+)E", fn)
+            if k:
+                blocks.append(tuple(int(v) for v in k.groups()) + (int(m.group(1)), spill))
             fn = None
+    if blocks:
+        print("| rows | warps | steps in flight | column group | registers | spills |")
+        print("| ---: | ---: | ---: | ---: | ---: | --- |")
+        for r, w, d, g, regs, spills in sorted(set(blocks)):
+            print(f"| {r} | {w} | {d} | {g} | {regs} | {spills or '—'} |")
+        if not rows:
+            return 0
     if not rows:
         print("kernel_registers: ptxas named no FusedProgram kernel", file=sys.stderr)
         return 1
