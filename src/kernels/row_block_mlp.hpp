@@ -57,6 +57,7 @@ struct SegmentShape {
   int n = 0, k = 0;    // outputs, inputs
   int k0 = 0, c0 = 0;  // first input column in the layer's input buffer, first output column in its output buffer
   int group0 = 0, groups = 0;
+  int b0 = 0;  // its biases' first float in the team's copy of every bias (padded(n) of them)
 };
 
 struct LayerShape {
@@ -109,11 +110,14 @@ struct RowBlockMlp {
   Kokkos::View<const row_block_detail::SegmentShape*, Mem> shapes;  // every layer's segments
   Kokkos::View<const row_block_detail::Segment*, Mem> segments;     // [pass][every layer's segments]
   int n_layers = 0, ld = 0, in_width = 0;
+  int bias_floats = 0;  // Σ padded(n) over every segment: the team's copy of the pass's biases
   // When given, the block's cycles at its start, once its input is staged and once each layer is
   // done: clocks[block·(n_layers + 2) + i] (a benchmark's timeline).
   std::uint64_t* clocks = nullptr;
 
-  static std::size_t scratch_bytes(int ld) { return sizeof(float) * 2 * Rows * static_cast<std::size_t>(ld); }
+  static std::size_t scratch_bytes(int ld, int bias_floats) {
+    return sizeof(float) * (2 * Rows * static_cast<std::size_t>(ld) + static_cast<std::size_t>(bias_floats));
+  }
 
   // Where a warp's weight loads are: layer l, column group g of the layer, k-step s of its
   // segment (the cached fields: that segment).
@@ -187,6 +191,7 @@ struct RowBlockMlp {
     const int live = pass.rows - r0 < Rows ? pass.rows - r0 : Rows;
     float* const buf[2] = {static_cast<float*>(team.team_scratch(0).get_shmem(sizeof(float) * Rows * ld)),
                            static_cast<float*>(team.team_scratch(0).get_shmem(sizeof(float) * Rows * ld))};
+    float* const biases = static_cast<float*>(team.team_scratch(0).get_shmem(sizeof(float) * bias_floats));
     const int warp0 = kHost ? 0 : team.team_rank();
     std::uint64_t* const stamps = clocks != nullptr ? clocks + block * (n_layers + 2) : nullptr;
     stamp_cycles(team, stamps, 0);
@@ -206,6 +211,17 @@ struct RowBlockMlp {
       }
     }
 
+    // Every bias of the pass into scratch once (zero past each segment's width): an epilogue that
+    // read its biases from L2 would wait a latency for them each column group.
+    for (int l = 0; l < n_layers; ++l) {
+      const row_block_detail::LayerShape layer = layers(l);
+      for (int i = layer.seg0; i < layer.seg0 + layer.segs; ++i) {
+        const row_block_detail::SegmentShape sh = shapes(i);
+        const float* const b = segments(seg_base + i).b;
+        Kokkos::parallel_for(Kokkos::TeamVectorRange(team, padded(sh.n)),
+                             [&](const int c) { biases[sh.b0 + c] = c < sh.n ? b[c] : 0.f; });
+      }
+    }
     {
       const int in = in_width, in_pad = padded(in);
       float* const x = buf[0];
@@ -253,7 +269,7 @@ struct RowBlockMlp {
               advance(cur[slot], warp, seg_base);
             }
           }
-          epilogue(acc, segments(seg_base + seg), sh, (g - sh.group0) * kGroup, layer.relu != 0,
+          epilogue(acc, segments(seg_base + seg), sh, biases + sh.b0, (g - sh.group0) * kGroup, layer.relu != 0,
                    l + 1 < n_layers ? y : nullptr, r0, live);
         }
       }
@@ -266,11 +282,11 @@ struct RowBlockMlp {
   // operand; none after the last layer) and, for the rows and columns that exist, to the
   // segment's output. Columns past the segment's width come out 0 (zero weights, no bias), as the
   // next layer's padding must be. c0: the group's first column in its segment.
+  // bias: the segment's biases in scratch.
   KOKKOS_INLINE_FUNCTION void epilogue(const Tile (&acc)[kTm][kTn], const row_block_detail::Segment& sg,
-                                       const row_block_detail::SegmentShape& sh, int c0, bool relu, float* y, int r0,
-                                       int live) const {
-    // Every bias first: a load after a store the compiler cannot tell apart waits for it. A
-    // column's bias is kept by accumulator element (the same columns in every row tile), so that
+                                       const row_block_detail::SegmentShape& sh, const float* bias_s, int c0,
+                                       bool relu, float* y, int r0, int live) const {
+    // Every bias first, kept by accumulator element (the same columns in every row tile) so that
     // on CUDA each index is a constant.
     constexpr int kAcc = static_cast<int>(sizeof(Tile::c) / sizeof(float));
     float bias[kTn][kAcc];
@@ -279,7 +295,7 @@ struct RowBlockMlp {
       int e = 0;
       acc[0][j].for_each([&](int, int n, float) {
         const int col = c0 + j * Tile::kN + n;
-        bias[j][e++] = col < sh.n ? sg.b[col] : 0.f;
+        bias[j][e++] = bias_s[col];
       });
     }
     float* const ys = y != nullptr ? y + sh.c0 : nullptr;
@@ -337,7 +353,7 @@ class RowBlockMlpLaunch {
                                                                               Kernel::Tile::kVectorLength);
     policy.set_scratch_size(0, Kokkos::PerTeam(scratch_));
     Kokkos::parallel_for("zs::row_block_mlp", policy,
-                         Kernel{passes_, layers_, shapes_, segments_, n_layers_, ld_, in_width_, clocks});
+                         Kernel{passes_, layers_, shapes_, segments_, n_layers_, ld_, in_width_, bias_floats_, clocks});
   }
 
   int rows_per_team() const { return Rows; }
@@ -353,6 +369,7 @@ class RowBlockMlpLaunch {
     require(!passes.empty(), who, ": 0 passes given; expected at least 1");
     n_layers_ = static_cast<int>(shape.size());
     in_width_ = input_width;
+    bias_floats_ = 0;
     std::vector<row_block_detail::LayerShape> layers;
     std::vector<row_block_detail::SegmentShape> shapes;
     // The segments of the layer before: the input, one segment at column 0.
@@ -370,7 +387,9 @@ class RowBlockMlpLaunch {
         require(s.from[i] >= 0 && s.from[i] < static_cast<int>(before.size()), who, ": layer ", l, " segment ", i,
                 " reads segment ", s.from[i], " of the layer before; expected 0 to ", before.size() - 1);
         const row_block_detail::SegmentShape& src = before[static_cast<std::size_t>(s.from[i])];
-        row_block_detail::SegmentShape sh{s.n[i], src.n, src.c0, c0, ls.groups, Kernel::padded(s.n[i]) / Kernel::kGroup};
+        row_block_detail::SegmentShape sh{s.n[i], src.n, src.c0, c0, ls.groups, Kernel::padded(s.n[i]) / Kernel::kGroup,
+                                          bias_floats_};
+        bias_floats_ += Kernel::padded(s.n[i]);
         ls.groups += sh.groups;
         c0 += Kernel::padded(s.n[i]);
         now.push_back(sh);
@@ -381,7 +400,7 @@ class RowBlockMlpLaunch {
       before = now;
     }
     ld_ = widest + Kernel::kRowPad;
-    scratch_ = Kernel::scratch_bytes(ld_);
+    scratch_ = Kernel::scratch_bytes(ld_, bias_floats_);
     const std::size_t most = max_team_scratch_bytes();
     require(scratch_ <= most, who, ": ", Rows, " rows of ", widest, " columns (padded) need ", scratch_,
             " bytes of team scratch; expected at most ", most, " (narrower layers)");
@@ -427,7 +446,7 @@ class RowBlockMlpLaunch {
   Kokkos::View<row_block_detail::LayerShape*, typename Exec::memory_space> layers_;
   Kokkos::View<row_block_detail::SegmentShape*, typename Exec::memory_space> shapes_;
   Kokkos::View<row_block_detail::Segment*, typename Exec::memory_space> segments_;
-  int n_layers_ = 0, ld_ = 0, in_width_ = 0, teams_ = 0;
+  int n_layers_ = 0, ld_ = 0, in_width_ = 0, teams_ = 0, bias_floats_ = 0;
   std::size_t scratch_ = 0;
 };
 
