@@ -100,6 +100,8 @@ const Variant kVariants[] = {
     {"dependents_early 0", [](zs::FusedOptions& o) { o.dependents_early = 0; }},
     {"one persistent launch", [](zs::FusedOptions& o) { o.mode = zs::PhasedMode::persistent; }},
     {"tables_before_wait off", [](zs::FusedOptions& o) { o.tables_before_wait = false; }},
+    {"the forward as row blocks of 32", [](zs::FusedOptions& o) { o.row_block_forward = 32; }},
+    {"the forward as row blocks of 16", [](zs::FusedOptions& o) { o.row_block_forward = 16; }},
 };
 constexpr int kVariantCount = static_cast<int>(sizeof(kVariants) / sizeof(kVariants[0]));
 

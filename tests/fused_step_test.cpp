@@ -272,22 +272,27 @@ TEST(FusedC51, OneStepMatchesTheLaunchPlans) {
   SCOPED_TRACE(testing::Message() << "seed " << seed);
   const int B = 37;
   // Split-K (32 × 32 tiles), and unsplit with every tile shape (32 × 32 in 4 stages too); the
-  // dueling head inside the loss's phase (the default) and as a phase of its own.
+  // dueling head inside the loss's phase (the default) and as a phase of its own; the forward as
+  // row blocks of 32 and of 16 rows.
   struct Variant {
     int split_chunks, tile_rows, tile_cols;
     bool fuse_head_loss;
     int tile_stages = 3;
+    int row_block_forward = 0;
   };
   for (const Variant& v : std::vector<Variant>{{1, 32, 32, true},
                                                {0, 64, 32, true},
                                                {0, 32, 32, true},
                                                {0, 32, 16, true},
                                                {0, 32, 32, false},
-                                               {0, 32, 32, true, 4}})
+                                               {0, 32, 32, true, 4},
+                                               {0, 32, 32, true, 3, 32},
+                                               {0, 32, 32, true, 3, 16}})
   for (const auto& j : {small_net(seed), odd_net(seed)}) {
     const int split_chunks = v.split_chunks, tile_rows = v.tile_rows;
     SCOPED_TRACE(testing::Message() << "split_chunks " << split_chunks << ", tiles " << tile_rows << " × "
                                     << v.tile_cols << " in " << v.tile_stages << " stages, head and loss " << (v.fuse_head_loss ? "fused" : "apart")
+                                    << ", row blocks " << v.row_block_forward
                                     << ", " << j.dump());
     const auto c = zs::Config::from_json(j);
     auto fo = fused_options(B, zs::PhasedMode::persistent, split_chunks);
@@ -295,6 +300,7 @@ TEST(FusedC51, OneStepMatchesTheLaunchPlans) {
     fo.fused.tile_cols = v.tile_cols;
     fo.fused.tile_stages = v.tile_stages;
     fo.fused.fuse_head_loss = v.fuse_head_loss;
+    fo.fused.row_block_forward = v.row_block_forward;
     zs::Trainer fused(c, fo), plans(c, plan_options(B));
     // The plans in FP32: on TF32 backends the yardstick of how far TF32 alone moves a gradient.
     auto j32 = j;

@@ -36,11 +36,19 @@ FusedC51::FusedC51(const StepContext& ctx, Gradients& g, const ParamBuffer& grad
   FusedProgramOnDevice program;
   Activations& online = const_cast<Activations&>(ctx.online_acts);
   Activations& target = const_cast<Activations&>(ctx.target_acts);
-  program.dueling = add_forward_phases(b, net,
-                                       {{&ctx.online, ctx.batch.states(), &online, 0},
+  const std::vector<ForwardPass> passes{{&ctx.online, ctx.batch.states(), &online, 0},
                                         {&ctx.online, ctx.batch.next_states(), &online, B},
-                                        {&ctx.target, ctx.batch.next_states(), &target, 0}},
-                                       options, !options.fuse_head_loss);
+                                        {&ctx.target, ctx.batch.next_states(), &target, 0}};
+  if (options.row_block_forward != 0) {
+    // The forward's phases go to a builder of their own, never built: the row blocks write what
+    // they would, in a launch before the kernel's.
+    require(options.fuse_head_loss, "FusedC51: row_block_forward needs fuse_head_loss");
+    FusedBuilder forward_only;
+    program.dueling = add_forward_phases(forward_only, net, passes, options, false);
+    row_blocks_ = std::make_unique<RowBlockForward>(net, passes, options.row_block_forward);
+  } else {
+    program.dueling = add_forward_phases(b, net, passes, options, !options.fuse_head_loss);
+  }
 
   kernels::C51BranchLoss<ExecSpace>& L = program.c51;
   L.logp_online = ctx.online_acts.logp;

@@ -4,10 +4,12 @@
 // input gradients of the layer below. What the launch plans and c51_loss enqueue as ~30
 // launches is one persistent launch on CUDA.
 #pragma once
+#include <memory>
 #include <vector>
 
 #include "losses/loss_term.hpp"
 #include "nn/fused_forward.hpp"
+#include "nn/row_block_forward.hpp"
 
 namespace zs {
 
@@ -17,7 +19,11 @@ class FusedC51 {
   // projected, a*), g's trunk gradients, and every main-network tensor of `grad`; the outputs'
   // gradients go to its own buffers, whose rows it pads to four floats (g's stay unwritten).
   FusedC51(const StepContext& ctx, Gradients& g, const ParamBuffer& grad, const FusedOptions& options);
-  void enqueue(const ExecSpace& exec) const { kernel_.enqueue(exec); }
+  // The row-block forward first when FusedOptions::row_block_forward asks for it.
+  void enqueue(const ExecSpace& exec) const {
+    if (row_blocks_) row_blocks_->enqueue(exec);
+    kernel_.enqueue(exec);
+  }
   const FusedKernel& kernel() const { return kernel_; }
   FusedKernel& kernel() { return kernel_; }
 
@@ -26,6 +32,7 @@ class FusedC51 {
   DeviceFloats d_branch_out_;   // per branch [B][n_k·atoms, padded]: ∂loss/∂branch_out
   DeviceFloats dz_hidden_;      // [1 + K][B][head_hidden]: each head's gradient below its ReLU
   Kokkos::View<float**, Kokkos::LayoutRight, MemSpace> ce_;  // [B, K]
+  std::unique_ptr<RowBlockForward> row_blocks_;  // FusedOptions::row_block_forward
   FusedKernel kernel_;
 };
 

@@ -120,6 +120,10 @@ bool fused_supports(const Config& c, const FusedOptions& o, std::string* reason)
   if (WarpTile<ExecSpace>::kRoundsToTf32 && c.precision != Precision::tf32)
     return no(str("the fused step's products round to TF32 on this backend; the config asks for ",
                   to_string(c.precision)));
+  if (o.row_block_forward != 0 && o.row_block_forward != 16 && o.row_block_forward != 32)
+    return no(str("row_block_forward = ", o.row_block_forward, "; expected 0 (off), 16 or 32 rows a block"));
+  if (o.row_block_forward != 0 && !o.fuse_head_loss)
+    return no("row_block_forward needs fuse_head_loss: the row blocks leave the dueling head to the loss");
   const kernels::BranchTable table = kernels::BranchTable::of(c.branches);
   const int fit = kernels::dueling_tile_fit(table, c.atoms);
   if (o.dueling_rows < 1 || o.dueling_rows > fit)

@@ -94,6 +94,11 @@ struct FusedOptions {
   // norm's, 11.3 µs of kernel time in the H200's B = 256 step, Nsight). On an H100
   // (BM_StepFusedNorm, 2026-12-05): B = 256 103.7 µs a step against 108.9, B = 64 80.4 against 85.9.
   bool norm_in_backward = true;
+  // The C51 step's forward (every layer of the three passes, not the dueling head, which the loss
+  // forms) as one row-block launch before the fused kernel (nn/row_block_forward.hpp, a team a
+  // block of this many rows: 16 or 32) instead of its product phases; 0: the phases. Needs
+  // fuse_head_loss. A prototype under measurement (docs/performance.md, twenty-fourth session).
+  int row_block_forward = 0;
   // Each tile stores its clocks (kernels::TileClock) every launch: where a step's time goes, tile by
   // tile (FusedKernel::timeline, perf's BM_StepTimeline). A diagnostic; off, no tile stores any.
   bool timeline = false;
