@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstddef>
+#include <cstdint>
 #include <vector>
 
 #include "backends/stream.hpp"
@@ -39,7 +40,82 @@ struct TileProduct {
   }
 };
 
+// C = A·Bᵀ by k-steps of 16 (mma16): A staged through team scratch ([16][lda], TF32 on CUDA
+// as the row blocks store it), B loaded straight from global memory with load_b16, which sees
+// only the n_left × k_left corner that exists (B's rows past n and k past k must read as zero).
+struct TileProduct16 {
+  using Member = Kokkos::TeamPolicy<zs::ExecSpace>::member_type;
+  Kokkos::View<const float**, Kokkos::LayoutRight, zs::MemSpace> a, b;
+  Matrix c;
+  int n = 0, k = 0;  // B's rows and columns that exist (b may be wider: junk there)
+  bool vec = false;
+  KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
+    const int tiles_n = static_cast<int>(c.extent(1)) / Tile::kN;
+    const int m0 = team.league_rank() / tiles_n * Tile::kM, n0 = team.league_rank() % tiles_n * Tile::kN;
+    const int kp = static_cast<int>(a.extent(1)), lda = kp + 4;
+    float* const sa = static_cast<float*>(team.team_scratch(0).get_shmem(sizeof(float) * Tile::kM * lda));
+    Kokkos::parallel_for(Kokkos::TeamVectorRange(team, Tile::kM * kp), [&](const int i) {
+      sa[i / kp * lda + i % kp] = Tile::to_operand(a(m0 + i / kp, i % kp));
+    });
+    team.team_barrier();
+    Tile t;
+    t.zero();
+    for (int k0 = 0; k0 < kp; k0 += Tile::kK16) {
+      typename Tile::A16 fa;
+      typename Tile::B16 fb;
+      Tile::load_a16(fa, sa + k0, lda);
+      const bool any = n0 < n && k0 < k;
+      Tile::load_b16(fb, any ? &b(n0, k0) : b.data(), static_cast<std::int64_t>(b.extent(1)), n - n0, k - k0, vec);
+      Tile::round_b16(fb);
+      t.mma16(fa, fb);
+    }
+    t.for_each([&](int m, int nn, float v) { c(m0 + m, n0 + nn) = v; });
+  }
+};
+
 }  // namespace
+
+TEST(WarpTile, SixteenStepsFromScratchAndGlobalMatchADoubleReference) {
+  struct Shape {
+    int m, n, k, ldb;  // B has n rows of k that count, stored with ldb floats a row
+    bool vec;
+  };
+  // Whole tiles, four floats a load; n and k that end inside a tile (one float a load, and four
+  // where the rows allow it); the reference trunk's 256 × 256 with four floats a load.
+  for (const Shape s : {Shape{16, 8, 16, 16, true}, Shape{32, 24, 48, 52, true}, Shape{16, 13, 37, 37, false},
+                        Shape{32, 19, 44, 44, true}, Shape{32, 256, 256, 256, true}}) {
+    const auto seed = zs::test::fresh_seed();
+    SCOPED_TRACE(testing::Message() << s.m << " x " << s.n << " x " << s.k << ", vec " << s.vec << ", seed " << seed);
+    const int np = (s.n + Tile::kN - 1) / Tile::kN * Tile::kN, kp = (s.k + 15) / 16 * 16;
+    const auto ha = zs::test::random_normal(std::size_t(s.m) * kp, seed);
+    const auto hb = zs::test::random_normal(std::size_t(np) * s.ldb, seed + 1, 0.5f);
+    const Matrix a("zs::test::a", s.m, kp), b("zs::test::b", np, s.ldb), c("zs::test::c", s.m, np);
+    zs::test::upload(ha, a);
+    zs::test::upload(hb, b);
+    Kokkos::deep_copy(c, std::nanf(""));
+    zs::Stream stream;
+    Kokkos::TeamPolicy<zs::ExecSpace> policy(stream.exec(), (s.m / Tile::kM) * (np / Tile::kN), 1, Tile::kVectorLength);
+    policy.set_scratch_size(0, Kokkos::PerTeam(sizeof(float) * Tile::kM * (kp + 4)));
+    Kokkos::parallel_for("zs::test::warp_tile16", policy, TileProduct16{a, b, c, s.n, s.k, s.vec});
+    stream.synchronize();
+    const auto hc = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), c);
+    const double rel = Tile::kRoundsToTf32 ? 2e-3 : 1e-5;
+    int bad = 0;
+    for (int i = 0; i < s.m; ++i)
+      for (int j = 0; j < np; ++j) {
+        double ref = 0, scale = 0;
+        for (int k = 0; j < s.n && k < s.k; ++k) {  // B past its n rows and k columns counts as zero
+          const double p = double(ha[std::size_t(i) * kp + k]) * hb[std::size_t(j) * s.ldb + k];
+          ref += p;
+          scale += std::abs(p);
+        }
+        if (!(std::abs(hc(i, j) - ref) <= rel * scale + 1e-6) && ++bad <= 5)
+          ADD_FAILURE() << "C(" << i << ", " << j << ") = " << hc(i, j) << ", reference " << ref << ", allowed "
+                        << rel * scale + 1e-6;
+      }
+    EXPECT_EQ(bad, 0);
+  }
+}
 
 TEST(WarpTile, ProductMatchesADoubleReferenceAndWritesEveryElementOnce) {
   struct Shape {
