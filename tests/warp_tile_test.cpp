@@ -49,6 +49,7 @@ struct TileProduct16 {
   Matrix c;
   int n = 0, k = 0;  // B's rows and columns that exist (b may be wider: junk there)
   bool vec = false;
+  bool trans = false;  // b holds Bᵀ: element (n, k) at b(k, n) (load_b16_t)
   KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
     const int tiles_n = static_cast<int>(c.extent(1)) / Tile::kN;
     const int m0 = team.league_rank() / tiles_n * Tile::kM, n0 = team.league_rank() % tiles_n * Tile::kN;
@@ -65,7 +66,10 @@ struct TileProduct16 {
       typename Tile::B16 fb;
       Tile::load_a16(fa, sa + k0, lda);
       const bool any = n0 < n && k0 < k;
-      Tile::load_b16(fb, any ? &b(n0, k0) : b.data(), static_cast<std::int64_t>(b.extent(1)), n - n0, k - k0, vec);
+      if (trans)
+        Tile::load_b16_t(fb, any ? &b(k0, n0) : b.data(), static_cast<std::int64_t>(b.extent(1)), n - n0, k - k0);
+      else
+        Tile::load_b16(fb, any ? &b(n0, k0) : b.data(), static_cast<std::int64_t>(b.extent(1)), n - n0, k - k0, vec);
       Tile::round_b16(fb);
       t.mma16(fa, fb);
     }
@@ -77,26 +81,30 @@ struct TileProduct16 {
 
 TEST(WarpTile, SixteenStepsFromScratchAndGlobalMatchADoubleReference) {
   struct Shape {
-    int m, n, k, ldb;  // B has n rows of k that count, stored with ldb floats a row
-    bool vec;
+    int m, n, k, ldb;  // B has n rows of k that count, stored with ldb floats a row (trans: k rows of n)
+    bool vec, trans = false;
   };
   // Whole tiles, four floats a load; n and k that end inside a tile (one float a load, and four
-  // where the rows allow it); the reference trunk's 256 × 256 with four floats a load.
+  // where the rows allow it); the reference trunk's 256 × 256 with four floats a load; B stored
+  // the other way round (an input gradient's W), whole and ending inside a tile.
   for (const Shape s : {Shape{16, 8, 16, 16, true}, Shape{32, 24, 48, 52, true}, Shape{16, 13, 37, 37, false},
-                        Shape{32, 19, 44, 44, true}, Shape{32, 256, 256, 256, true}}) {
+                        Shape{32, 19, 44, 44, true}, Shape{32, 256, 256, 256, true}, Shape{32, 64, 128, 64, false, true},
+                        Shape{16, 21, 37, 24, false, true}}) {
     const auto seed = zs::test::fresh_seed();
-    SCOPED_TRACE(testing::Message() << s.m << " x " << s.n << " x " << s.k << ", vec " << s.vec << ", seed " << seed);
+    SCOPED_TRACE(testing::Message() << s.m << " x " << s.n << " x " << s.k << ", vec " << s.vec << ", trans "
+                                    << s.trans << ", seed " << seed);
     const int np = (s.n + Tile::kN - 1) / Tile::kN * Tile::kN, kp = (s.k + 15) / 16 * 16;
     const auto ha = zs::test::random_normal(std::size_t(s.m) * kp, seed);
-    const auto hb = zs::test::random_normal(std::size_t(np) * s.ldb, seed + 1, 0.5f);
-    const Matrix a("zs::test::a", s.m, kp), b("zs::test::b", np, s.ldb), c("zs::test::c", s.m, np);
+    const int b_rows = s.trans ? kp : np;
+    const auto hb = zs::test::random_normal(std::size_t(b_rows) * s.ldb, seed + 1, 0.5f);
+    const Matrix a("zs::test::a", s.m, kp), b("zs::test::b", b_rows, s.ldb), c("zs::test::c", s.m, np);
     zs::test::upload(ha, a);
     zs::test::upload(hb, b);
     Kokkos::deep_copy(c, std::nanf(""));
     zs::Stream stream;
     Kokkos::TeamPolicy<zs::ExecSpace> policy(stream.exec(), (s.m / Tile::kM) * (np / Tile::kN), 1, Tile::kVectorLength);
     policy.set_scratch_size(0, Kokkos::PerTeam(sizeof(float) * Tile::kM * (kp + 4)));
-    Kokkos::parallel_for("zs::test::warp_tile16", policy, TileProduct16{a, b, c, s.n, s.k, s.vec});
+    Kokkos::parallel_for("zs::test::warp_tile16", policy, TileProduct16{a, b, c, s.n, s.k, s.vec, s.trans});
     stream.synchronize();
     const auto hc = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), c);
     const double rel = Tile::kRoundsToTf32 ? 2e-3 : 1e-5;
@@ -105,7 +113,8 @@ TEST(WarpTile, SixteenStepsFromScratchAndGlobalMatchADoubleReference) {
       for (int j = 0; j < np; ++j) {
         double ref = 0, scale = 0;
         for (int k = 0; j < s.n && k < s.k; ++k) {  // B past its n rows and k columns counts as zero
-          const double p = double(ha[std::size_t(i) * kp + k]) * hb[std::size_t(j) * s.ldb + k];
+          const double p = double(ha[std::size_t(i) * kp + k]) *
+                           hb[s.trans ? std::size_t(k) * s.ldb + j : std::size_t(j) * s.ldb + k];
           ref += p;
           scale += std::abs(p);
         }

@@ -98,11 +98,17 @@ struct WarpTile {
     const float* p;
     std::int64_t ld;
     int n_left, k_left;
+    bool trans;  // element (n, k) at p[k·ld + n] (load_b16_t)
   };
   KOKKOS_INLINE_FUNCTION static void load_a16(A16& f, const float* a, int lda) { f = {a, lda}; }
   KOKKOS_INLINE_FUNCTION static void load_b16(B16& f, const float* b, std::int64_t ldb, int n_left, int k_left,
                                               bool /*vec*/) {
-    f = {b, ldb, n_left, k_left};
+    f = {b, ldb, n_left, k_left, false};
+  }
+  // The same k-step of B stored the other way round, n-contiguous: element (n, k) at b[k·ldb + n]
+  // (W [out, in] read as the B of an input gradient dz·W, whose n is W's in and k its out).
+  KOKKOS_INLINE_FUNCTION static void load_b16_t(B16& f, const float* b, std::int64_t ldb, int n_left, int k_left) {
+    f = {b, ldb, n_left, k_left, true};
   }
   KOKKOS_INLINE_FUNCTION static void round_b16(B16&) {}
   KOKKOS_INLINE_FUNCTION void mma16(const A16& a, const B16& b) {
@@ -110,7 +116,7 @@ struct WarpTile {
     for (int m = 0; m < kM; ++m)
       for (int n = 0; n < nn; ++n) {
         float s = c[m * kN + n];
-        for (int k = 0; k < kk; ++k) s += a.p[m * a.ld + k] * b.p[n * b.ld + k];
+        for (int k = 0; k < kk; ++k) s += a.p[m * a.ld + k] * (b.trans ? b.p[k * b.ld + n] : b.p[n * b.ld + k]);
         c[m * kN + n] = s;
       }
   }

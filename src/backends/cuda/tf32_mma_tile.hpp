@@ -103,6 +103,17 @@ struct WarpTile<Kokkos::Cuda> {
     (void)f, (void)b, (void)ldb, (void)n_left, (void)k_left, (void)vec;
 #endif
   }
+  // B n-contiguous (element (n, k) at b[k·ldb + n]): lane (g, t) loads column g's k 4t .. 4t + 3,
+  // four floats ldb apart; the 8 lanes of one t read 8 consecutive floats, one 32-byte sector.
+  KOKKOS_INLINE_FUNCTION static void load_b16_t(B16& f, const float* b, std::int64_t ldb, int n_left, int k_left) {
+#ifdef __CUDA_ARCH__
+    const int lane = static_cast<int>(threadIdx.x), g = lane >> 2, k = 4 * (lane & 3);
+    ZS_UNROLL
+    for (int i = 0; i < 4; ++i) f.x[i] = g < n_left && k + i < k_left ? __ldcg(b + (k + i) * ldb + g) : 0.f;
+#else
+    (void)f, (void)b, (void)ldb, (void)n_left, (void)k_left;
+#endif
+  }
   KOKKOS_INLINE_FUNCTION static void round_b16(B16& f) {
 #ifdef __CUDA_ARCH__
     ZS_UNROLL
