@@ -54,7 +54,7 @@ struct TileProduct16 {
     const int tiles_n = static_cast<int>(c.extent(1)) / Tile::kN;
     const int m0 = team.league_rank() / tiles_n * Tile::kM, n0 = team.league_rank() % tiles_n * Tile::kN;
     const int kp = static_cast<int>(a.extent(1)), lda = kp + 4;
-    float* const sa = static_cast<float*>(team.team_scratch(0).get_shmem(sizeof(float) * Tile::kM * lda));
+    float* const sa = zs::align16(team.team_scratch(0).get_shmem(sizeof(float) * Tile::kM * lda + 16));
     Kokkos::parallel_for(Kokkos::TeamVectorRange(team, Tile::kM * kp), [&](const int i) {
       sa[i / kp * lda + i % kp] = Tile::to_operand(a(m0 + i / kp, i % kp));
     });
@@ -103,7 +103,7 @@ TEST(WarpTile, SixteenStepsFromScratchAndGlobalMatchADoubleReference) {
     Kokkos::deep_copy(c, std::nanf(""));
     zs::Stream stream;
     Kokkos::TeamPolicy<zs::ExecSpace> policy(stream.exec(), (s.m / Tile::kM) * (np / Tile::kN), 1, Tile::kVectorLength);
-    policy.set_scratch_size(0, Kokkos::PerTeam(sizeof(float) * Tile::kM * (kp + 4)));
+    policy.set_scratch_size(0, Kokkos::PerTeam(sizeof(float) * Tile::kM * (kp + 4) + 16));
     Kokkos::parallel_for("zs::test::warp_tile16", policy, TileProduct16{a, b, c, s.n, s.k, s.vec, s.trans});
     stream.synchronize();
     const auto hc = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), c);

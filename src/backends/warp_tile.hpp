@@ -26,6 +26,13 @@
 
 namespace zs {
 
+// p moved up to the next multiple of 16 bytes: team scratch for 16-byte loads and copies (the
+// caller asked for 16 bytes more than it uses).
+KOKKOS_INLINE_FUNCTION float* align16(void* p) {
+  const std::uintptr_t a = reinterpret_cast<std::uintptr_t>(p);
+  return reinterpret_cast<float*>((a + 15) & ~static_cast<std::uintptr_t>(15));
+}
+
 // The host's (and any non-CUDA execution space's) tile: the whole 16 × 8 accumulator.
 template <class Exec>
 struct WarpTile {

@@ -115,8 +115,11 @@ struct RowBlockMlp {
   // done: clocks[block·(n_layers + 2) + i] (a benchmark's timeline).
   std::uint64_t* clocks = nullptr;
 
+  // 16 bytes more than the buffers: Kokkos places a team's scratch after 8·(team size + 2) bytes of
+  // its own, so where that is not a multiple of 16 the kernel moves its buffers up to the next 16
+  // (its A loads are 16 bytes at a time).
   static std::size_t scratch_bytes(int ld, int bias_floats) {
-    return sizeof(float) * (2 * Rows * static_cast<std::size_t>(ld) + static_cast<std::size_t>(bias_floats));
+    return sizeof(float) * (2 * Rows * static_cast<std::size_t>(ld) + static_cast<std::size_t>(bias_floats)) + 16;
   }
 
   // Where a warp's weight loads are: layer l, column group g of the layer, k-step s of its
@@ -189,9 +192,9 @@ struct RowBlockMlp {
     const int seg_base = pass.layer0;
     const int r0 = (block - pass.tile0) * Rows;
     const int live = pass.rows - r0 < Rows ? pass.rows - r0 : Rows;
-    float* const buf[2] = {static_cast<float*>(team.team_scratch(0).get_shmem(sizeof(float) * Rows * ld)),
-                           static_cast<float*>(team.team_scratch(0).get_shmem(sizeof(float) * Rows * ld))};
-    float* const biases = static_cast<float*>(team.team_scratch(0).get_shmem(sizeof(float) * bias_floats));
+    float* const base = align16(team.team_scratch(0).get_shmem(scratch_bytes(ld, bias_floats)));
+    float* const buf[2] = {base, base + Rows * ld};
+    float* const biases = base + 2 * Rows * ld;
     const int warp0 = kHost ? 0 : team.team_rank();
     std::uint64_t* const stamps = clocks != nullptr ? clocks + block * (n_layers + 2) : nullptr;
     stamp_cycles(team, stamps, 0);
