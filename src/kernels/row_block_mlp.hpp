@@ -118,7 +118,7 @@ struct RowBlockMlp {
   // 16 bytes more than the buffers: Kokkos places a team's scratch after 8·(team size + 2) bytes of
   // its own, so where that is not a multiple of 16 the kernel moves its buffers up to the next 16
   // (its A loads are 16 bytes at a time).
-  static std::size_t scratch_bytes(int ld, int bias_floats) {
+  KOKKOS_INLINE_FUNCTION static std::size_t scratch_bytes(int ld, int bias_floats) {
     return sizeof(float) * (2 * Rows * static_cast<std::size_t>(ld) + static_cast<std::size_t>(bias_floats)) + 16;
   }
 
