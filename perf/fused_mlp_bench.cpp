@@ -63,6 +63,15 @@ struct TrunkSetup {
     fill_normal(target.flat(), 2, 0.05f);
     fill_normal(states, 3, 1.f);
   }
+  // The step's three passes: the online net on s and on s′ into `on`, the target net on s′ into
+  // `tg`; the trunk alone, or the whole forward.
+  std::vector<zs::FusedTrunkPass> trunk_passes() const {
+    return {zs::trunk_pass(online, s, on, 0), zs::trunk_pass(online, s2, on, s.extent_int(0)),
+            zs::trunk_pass(target, s2, tg, 0)};
+  }
+  std::vector<zs::ForwardPass> forward_passes() {
+    return {{&online, s, &on, 0}, {&online, s2, &on, s.extent_int(0)}, {&target, s2, &tg, 0}};
+  }
 };
 
 // Times `body` on the stream, launched directly (graph = 0) or recorded once and replayed.
@@ -82,9 +91,7 @@ void BM_FusedTrunk(benchmark::State& state) {
   TrunkSetup t(B, width);
   zs::kernels::FusedMlpOptions opt;
   opt.rows_per_team = static_cast<int>(state.range(2));
-  const zs::FusedTrunk fused(t.net, {zs::trunk_pass(t.online, t.s, t.on, 0), zs::trunk_pass(t.online, t.s2, t.on, B),
-                                     zs::trunk_pass(t.target, t.s2, t.tg, 0)},
-                             opt);
+  const zs::FusedTrunk fused(t.net, t.trunk_passes(), opt);
   zs::Stream stream;
   time_trunk(state, stream, [&] { fused.enqueue(stream.exec()); }, state.range(3) != 0);
   state.counters["rows_per_team"] = fused.rows_per_team();
@@ -104,9 +111,7 @@ void BM_RowBlockTrunk(benchmark::State& state) {
   const int B = static_cast<int>(state.range(0)), width = static_cast<int>(state.range(1));
   TrunkSetup t(B, width);
   const auto kernel = state.range(2) == 16 ? zs::TrunkKernel::row_blocks_16 : zs::TrunkKernel::row_blocks_32;
-  const zs::FusedTrunk fused(t.net, {zs::trunk_pass(t.online, t.s, t.on, 0), zs::trunk_pass(t.online, t.s2, t.on, B),
-                                     zs::trunk_pass(t.target, t.s2, t.tg, 0)},
-                             {}, kernel);
+  const zs::FusedTrunk fused(t.net, t.trunk_passes(), {}, kernel);
   zs::Stream stream;
   time_trunk(state, stream, [&] { fused.enqueue(stream.exec()); }, state.range(3) != 0);
   state.counters["teams"] = fused.teams();
@@ -142,22 +147,9 @@ template <int Rows, int Warps, int Depth, int Group>
 void time_row_block(benchmark::State& state, int B) {
   TrunkSetup t(B, 256);
   std::vector<zs::kernels::FusedMlpPass> passes;
-  struct Pass {
-    const zs::ParamBuffer* params;
-    const float* input;
-    zs::Activations* acts;
-    int row0;
-  };
-  for (const Pass& p : {Pass{&t.online, t.s.data(), &t.on, 0}, Pass{&t.online, t.s2.data(), &t.on, B},
-                        Pass{&t.target, t.s2.data(), &t.tg, 0}}) {
-    zs::kernels::FusedMlpPass k{p.input, B, {}};
-    for (int i = 0; i < 2; ++i)
-      k.layers.push_back({p.params->weight(i).data(), p.params->bias(i).data(),
-                          p.acts->trunk[i].data() + std::size_t(p.row0) * 256});
-    passes.push_back(k);
-  }
+  for (const zs::FusedTrunkPass& p : t.trunk_passes()) passes.push_back(zs::mlp_pass(t.c, p, passes.size()));
   const zs::kernels::RowBlockMlpLaunch<zs::ExecSpace, Rows, Warps, Depth, Group> launch(
-      {t.c.state_dim, 256, 256}, passes, zs::kernels::FusedAct::relu);
+      {t.c.state_dim, t.c.trunk[0], t.c.trunk[1]}, passes, zs::kernels::FusedAct::relu);
   zs::Stream stream;
   time_trunk(state, stream, [&] { launch(stream.exec()); }, state.range(2) != 0);
   state.counters["teams"] = launch.teams();
@@ -186,8 +178,7 @@ BENCHMARK(BM_RowBlockShape)
 void BM_RowBlockForward(benchmark::State& state) {
   const int B = static_cast<int>(state.range(0)), width = static_cast<int>(state.range(1));
   TrunkSetup t(B, width);
-  const zs::RowBlockForward fwd(t.net, {{&t.online, t.s, &t.on, 0}, {&t.online, t.s2, &t.on, B}, {&t.target, t.s2, &t.tg, 0}},
-                                static_cast<int>(state.range(2)));
+  const zs::RowBlockForward fwd(t.net, t.forward_passes(), static_cast<int>(state.range(2)));
   zs::Stream stream;
   time_trunk(state, stream, [&] { fwd.enqueue(stream.exec()); }, true);
   state.counters["teams"] = fwd.teams();
@@ -207,7 +198,7 @@ void BM_FusedForwardPhases(benchmark::State& state) {
   TrunkSetup t(B, width);
   zs::FusedOptions o;
   o.mode = zs::PhasedMode::launches;
-  const zs::FusedForward fwd(t.net, {{&t.online, t.s, &t.on, 0}, {&t.online, t.s2, &t.on, B}, {&t.target, t.s2, &t.tg, 0}}, o);
+  const zs::FusedForward fwd(t.net, t.forward_passes(), o);
   zs::Stream stream;
   time_trunk(state, stream, [&] { fwd.enqueue(stream.exec()); }, true);
 }

@@ -34,12 +34,7 @@ using namespace zs::test::mlp;
 // One launch of the given passes, synchronised.
 void run(const std::vector<int>& widths, const std::vector<const PassData*>& data, FusedAct last,
          const FusedMlpOptions& opt = {}) {
-  std::vector<FusedMlpPass> passes;
-  for (const PassData* d : data) passes.push_back(d->pass());
-  zs::Stream stream;
-  const FusedMlpLaunch<zs::ExecSpace> launch(widths, passes, last, opt);
-  launch(stream.exec());
-  stream.synchronize();
+  run_stack<FusedMlpLaunch<zs::ExecSpace>>(widths, data, last, opt);
 }
 
 }  // namespace

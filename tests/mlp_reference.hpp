@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "backends/stream.hpp"
 #include "kernels/fused_mlp.hpp"
 #include "test_util.hpp"
 
@@ -141,6 +142,19 @@ inline double expect_matches(const std::vector<int>& widths, const PassData& d, 
     largest = std::max(largest, largest_abs(ref.outs[l]));
   }
   return largest;
+}
+
+// One launch of a layer stack (Launch's constructor takes the widths, the passes, the last
+// layer's activation, then `extra`) on the passes of `data`, synchronised.
+template <class Launch, class... Extra>
+void run_stack(const std::vector<int>& widths, const std::vector<const PassData*>& data, zs::kernels::FusedAct last,
+               const Extra&... extra) {
+  std::vector<FusedMlpPass> passes;
+  for (const PassData* d : data) passes.push_back(d->pass());
+  zs::Stream stream;
+  const Launch launch(widths, passes, last, extra...);
+  launch(stream.exec());
+  stream.synchronize();
 }
 
 }  // namespace zs::test::mlp

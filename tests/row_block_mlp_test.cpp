@@ -34,12 +34,7 @@ class RowBlockMlp : public testing::Test {
  public:
   using Launch = zs::kernels::RowBlockMlpLaunch<zs::ExecSpace, Rows::value>;
   static void run(const std::vector<int>& widths, const std::vector<const PassData*>& data, FusedAct last) {
-    std::vector<FusedMlpPass> passes;
-    for (const PassData* d : data) passes.push_back(d->pass());
-    zs::Stream stream;
-    const Launch launch(widths, passes, last);
-    launch(stream.exec());
-    stream.synchronize();
+    run_stack<Launch>(widths, data, last);
   }
 };
 using RowBlocks = testing::Types<std::integral_constant<int, 16>, std::integral_constant<int, 32>>;

@@ -55,6 +55,15 @@ struct PassEntry {
 
 KOKKOS_INLINE_FUNCTION constexpr int round_up(int n, int m) { return (n + m - 1) / m * m; }
 
+// The pass that owns league rank `tile` (the passes' tile0 ascend).
+template <class Passes>
+KOKKOS_INLINE_FUNCTION PassEntry pass_of(const Passes& passes, int tile) {
+  const int n = static_cast<int>(passes.extent(0));
+  int p = 0;
+  while (p + 1 < n && passes(p + 1).tile0 <= tile) ++p;
+  return passes(p);
+}
+
 // The checks every launch of a layer stack makes (`who` names it in the message): widths and
 // passes that fit each other. Returns the widest width.
 inline int checked_widest(const char* who, const std::vector<int>& widths, std::size_t passes) {
@@ -115,10 +124,8 @@ struct FusedMlp {
   }
 
   KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
-    const int tile = team.league_rank(), n_passes = static_cast<int>(passes.extent(0));
-    int p = 0;
-    while (p + 1 < n_passes && passes(p + 1).tile0 <= tile) ++p;
-    const fused_detail::PassEntry pass = passes(p);
+    const int tile = team.league_rank();
+    const fused_detail::PassEntry pass = fused_detail::pass_of(passes, tile);
     const int R = rows_per_team, S = act_stride;
     const int r0 = (tile - pass.tile0) * R;
     const int live = pass.rows - r0 < R ? pass.rows - r0 : R;  // rows of this tile that exist

@@ -126,7 +126,7 @@ struct RowBlockMlp {
   // segment (the cached fields: that segment).
   struct Cursor {
     int l = 0, g = 0, s = 0;
-    int seg = 0, n = 0, k = 0, steps = 0, first = 0, vec = 0;  // first: the segment's first group
+    int n = 0, k = 0, steps = 0, first = 0, vec = 0;  // first: the segment's first group
     const float* w = nullptr;
   };
 
@@ -151,9 +151,9 @@ struct RowBlockMlp {
     locate(c, seg_base);
   }
   KOKKOS_INLINE_FUNCTION void locate(Cursor& c, int seg_base) const {
-    c.seg = segment_of(layers(c.l), c.g);
-    const row_block_detail::SegmentShape& sh = shapes(c.seg);
-    const row_block_detail::Segment& sg = segments(seg_base + c.seg);
+    const int seg = segment_of(layers(c.l), c.g);
+    const row_block_detail::SegmentShape& sh = shapes(seg);
+    const row_block_detail::Segment& sg = segments(seg_base + seg);
     c.n = sh.n;
     c.k = sh.k;
     c.steps = padded(sh.k) / kStep;
@@ -185,10 +185,8 @@ struct RowBlockMlp {
   }
 
   KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
-    const int block = team.league_rank(), n_passes = static_cast<int>(passes.extent(0));
-    int p = 0;
-    while (p + 1 < n_passes && passes(p + 1).tile0 <= block) ++p;
-    const fused_detail::PassEntry pass = passes(p);
+    const int block = team.league_rank();
+    const fused_detail::PassEntry pass = fused_detail::pass_of(passes, block);
     const int seg_base = pass.layer0;
     const int r0 = (block - pass.tile0) * Rows;
     const int live = pass.rows - r0 < Rows ? pass.rows - r0 : Rows;

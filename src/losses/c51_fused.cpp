@@ -41,8 +41,8 @@ FusedC51::FusedC51(const StepContext& ctx, Gradients& g, const ParamBuffer& grad
                                         {&ctx.target, ctx.batch.next_states(), &target, 0}};
   if (options.row_block_forward != 0) {
     // The forward's phases go to a builder of their own, never built: the row blocks write what
-    // they would, in a launch before the kernel's.
-    require(options.fuse_head_loss, "FusedC51: row_block_forward needs fuse_head_loss");
+    // they would, in a launch before the kernel's (add_forward_phases' fused_supports refuses
+    // row blocks without fuse_head_loss).
     FusedBuilder forward_only;
     program.dueling = add_forward_phases(forward_only, net, passes, options, false);
     row_blocks_ = std::make_unique<RowBlockForward>(net, passes, options.row_block_forward);

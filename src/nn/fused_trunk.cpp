@@ -20,9 +20,7 @@ FusedTrunkPass trunk_pass(const ParamBuffer& params, const ConstMatrixView& inpu
   return p;
 }
 
-namespace {
-
-kernels::FusedMlpPass kernel_pass(const Config& c, const FusedTrunkPass& x, std::size_t p) {
+kernels::FusedMlpPass mlp_pass(const Config& c, const FusedTrunkPass& x, std::size_t p) {
   const int T = static_cast<int>(c.trunk.size()), rows = static_cast<int>(x.input.extent(0));
   require(x.params != nullptr, "FusedTrunk: pass ", p, " has no parameters");
   require(static_cast<int>(x.input.extent(1)) == c.state_dim, "FusedTrunk: pass ", p, " input is [",
@@ -58,8 +56,6 @@ kernels::FusedMlpPass kernel_pass(const Config& c, const FusedTrunkPass& x, std:
   return k;
 }
 
-}  // namespace
-
 FusedTrunk::FusedTrunk(const Network& net, const std::vector<FusedTrunkPass>& passes,
                        const kernels::FusedMlpOptions& opt, TrunkKernel kernel)
     : kernel_(kernel) {
@@ -67,7 +63,7 @@ FusedTrunk::FusedTrunk(const Network& net, const std::vector<FusedTrunkPass>& pa
   std::vector<int> widths{c.state_dim};
   widths.insert(widths.end(), c.trunk.begin(), c.trunk.end());
   std::vector<kernels::FusedMlpPass> k;
-  for (std::size_t p = 0; p < passes.size(); ++p) k.push_back(kernel_pass(c, passes[p], p));
+  for (std::size_t p = 0; p < passes.size(); ++p) k.push_back(mlp_pass(c, passes[p], p));
   switch (kernel) {
     case TrunkKernel::serial_tiles:
       serial_ = kernels::FusedMlpLaunch<ExecSpace>(widths, k, kernels::FusedAct::relu, opt);

@@ -25,6 +25,10 @@ struct FusedTrunkPass {
 // rows [row0, row0 + input rows) of acts.trunk.
 FusedTrunkPass trunk_pass(const ParamBuffer& params, const ConstMatrixView& input, const Activations& acts, int row0);
 
+// A trunk pass as the layer-stack kernels take it (pass index p names it in errors); throws
+// zs::Error when it does not fit c's trunk.
+kernels::FusedMlpPass mlp_pass(const Config& c, const FusedTrunkPass& x, std::size_t p);
+
 // Which kernel runs the trunk: the seventh session's FP32 walk of weight tiles through scratch
 // (kernels/fused_mlp.hpp), or the row blocks of 16 or 32 rows with TF32 warp tiles and weights
 // streamed into registers (kernels/row_block_mlp.hpp).
