@@ -222,6 +222,32 @@ TEST(RowBlockForward, MatchesTheNetworksPerLayerForward) {
   }
 }
 
+TEST(RowBlockForward, RefusesBadPassesNamingTheValue) {
+  const auto seed = zs::test::fresh_seed();
+  const auto c = zs::Config::from_json(odd_net(seed));
+  const zs::ParamLayout layout(c);
+  const zs::Network net(c, layout);
+  zs::ParamBuffer online(layout, "online");
+  const int B = 5;
+  zs::DeviceFloats states("states", std::size_t(B) * (c.state_dim + 1));
+  const zs::ConstMatrixView s(states.data(), B, c.state_dim), wide(states.data(), B, c.state_dim + 1),
+      none(states.data(), 0, c.state_dim);
+  zs::Activations acts(c, B);
+  using zs::test::error_of;
+  auto make = [&](std::vector<zs::ForwardPass> passes, int rows) {
+    return error_of([&] { const zs::RowBlockForward f(net, passes, rows); });
+  };
+  EXPECT_EQ(make({{&online, s, &acts, 0}}, 32), "");
+  EXPECT_NE(make({{&online, s, &acts, 0}}, 24).find("24 rows a block; expected 16 or 32"), std::string::npos);
+  EXPECT_NE(make({}, 16).find("0 passes given"), std::string::npos);
+  EXPECT_NE(make({{nullptr, s, &acts, 0}}, 16).find("pass 0 has no parameters"), std::string::npos);
+  const std::string w = make({{&online, s, &acts, 0}, {&online, wide, &acts, 0}}, 16);
+  EXPECT_NE(w.find("pass 1 input is [5, " + std::to_string(c.state_dim + 1) + "]"), std::string::npos) << w;
+  EXPECT_NE(make({{&online, none, &acts, 0}}, 16).find("pass 0 input is [0, "), std::string::npos);
+  const std::string r = make({{&online, s, &acts, 1}}, 16);
+  EXPECT_NE(r.find("writes rows 1..6 of activations with 5 rows"), std::string::npos) << r;
+}
+
 TEST(FusedForward, ReplaysFromAGraphBitForBitAndTilesOfSeveralRowsChangeNothing) {
   const auto seed = zs::test::fresh_seed();
   SCOPED_TRACE(testing::Message() << "seed " << seed);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <string>
 
 #include "core/error.hpp"
 
@@ -40,11 +41,10 @@ FusedC51::FusedC51(const StepContext& ctx, Gradients& g, const ParamBuffer& grad
                                         {&ctx.online, ctx.batch.next_states(), &online, B},
                                         {&ctx.target, ctx.batch.next_states(), &target, 0}};
   if (options.row_block_forward != 0) {
-    // The forward's phases go to a builder of their own, never built: the row blocks write what
-    // they would, in a launch before the kernel's (add_forward_phases' fused_supports refuses
-    // row blocks without fuse_head_loss).
-    FusedBuilder forward_only;
-    program.dueling = add_forward_phases(forward_only, net, passes, options, false);
+    // The row blocks write what the forward's phases would, in a launch before the kernel's.
+    std::string why;
+    require(fused_supports(c, options, &why), "FusedC51: ", why);
+    program.dueling = dueling_tiles(net, passes, options);
     row_blocks_ = std::make_unique<RowBlockForward>(net, passes, options.row_block_forward);
   } else {
     program.dueling = add_forward_phases(b, net, passes, options, !options.fuse_head_loss);
@@ -87,7 +87,6 @@ FusedC51::FusedC51(const StepContext& ctx, Gradients& g, const ParamBuffer& grad
   // every main-network tensor of `grad`, each written once: the pieces of its norm
   // (FusedOptions::norm_in_backward).
   const HeadSet set = net.main_heads();
-  auto layer_of = [&](int h) { return h == 0 ? set.value0 : set.branch0 + 2 * (h - 1); };
   auto hidden_of = [&](int h) { return h == 0 ? online.value_hidden.data() : online.branch_hidden[h - 1].data(); };
   auto dz_hidden_of = [&](int h) { return dz_hidden_.data() + static_cast<std::size_t>(h) * B * H; };
   // ∂loss/∂(head h's output layer) as A-operand segments: the value stream's is the sum of every
@@ -110,7 +109,7 @@ FusedC51::FusedC51(const StepContext& ctx, Gradients& g, const ParamBuffer& grad
 
   b.phase();
   for (int h = 0; h < heads; ++h) {
-    const int out = layer_of(h) + 1, width = h == 0 ? Z : c.branches[h - 1] * Z;
+    const int out = set.hidden_layer(h) + 1, width = net.head_width(h);
     // d_hidden = d_out · W_out, masked by the hidden ReLU.
     ProductJob dx;
     dx.m = B;
@@ -143,15 +142,15 @@ FusedC51::FusedC51(const StepContext& ctx, Gradients& g, const ParamBuffer& grad
     dx.mask_ld = F;
     std::vector<ProductSegment> s;
     for (int h = 0; h < heads; ++h)
-      s.push_back({rows_of(dz_hidden_of(h), H), columns_of(ctx.online.weight(layer_of(h)).data(), F), H});
+      s.push_back({rows_of(dz_hidden_of(h), H), columns_of(ctx.online.weight(set.hidden_layer(h)).data(), F), H});
     b.product(dx, s);
     for (int h = 0; h < heads; ++h) {
       ProductJob dw;
       dw.m = H;
       dw.n = F;
-      dw.out = grad.weight(layer_of(h)).data();
+      dw.out = grad.weight(set.hidden_layer(h)).data();
       dw.out_ld = F;
-      dw.row_sums = grad.bias(layer_of(h)).data();
+      dw.row_sums = grad.bias(set.hidden_layer(h)).data();
       b.product(dw, {{columns_of(dz_hidden_of(h), H), columns_of(online.trunk[T - 1].data(), F), B}}, true);
     }
   }

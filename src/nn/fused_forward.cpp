@@ -49,6 +49,33 @@ std::size_t forward_scratch_bytes(const Network& net, const FusedOptions& option
   return sizeof(float) * options.dueling_rows * kernels::dueling_row_floats(net.table(), net.config().atoms);
 }
 
+kernels::DuelingTiles<ExecSpace, kernels::DuelingTable<MemSpace>> dueling_tiles(
+    const Network& net, const std::vector<ForwardPass>& passes, const FusedOptions& options) {
+  require(options.dueling_rows >= 1, "fused forward: dueling_rows = ", options.dueling_rows, "; expected at least 1");
+  // One entry per run of passes, its outputs already biased.
+  std::vector<kernels::DuelingEntry> entries;
+  int max_rows = 0;
+  for (const Run& r : runs_of(passes, net.config().state_dim)) {
+    kernels::DuelingEntry e;
+    e.value = r.acts->value_out.data();
+    e.branch_out = r.acts->branch_out.data();
+    e.logp = r.acts->logp.data();
+    e.total_rows = r.acts->rows;
+    e.row0 = r.row0;
+    e.rows = r.rows;
+    entries.push_back(e);
+    max_rows = r.rows > max_rows ? r.rows : max_rows;
+  }
+  kernels::DuelingTiles<ExecSpace, kernels::DuelingTable<MemSpace>> d;
+  d.entries = {device_table<MemSpace>("zs::fused::dueling", entries),
+               device_table<MemSpace>("zs::fused::dueling_biases", std::vector<std::uintptr_t>(1, 0))};
+  d.table = net.table();
+  d.atoms = net.config().atoms;
+  d.tile_rows = options.dueling_rows;
+  d.tiles_per_entry = (max_rows + options.dueling_rows - 1) / options.dueling_rows;
+  return d;
+}
+
 kernels::DuelingTiles<ExecSpace, kernels::DuelingTable<MemSpace>> add_forward_phases(
     FusedBuilder& b, const Network& net, const std::vector<ForwardPass>& passes, const FusedOptions& options,
     bool dueling_phase) {
@@ -57,7 +84,7 @@ kernels::DuelingTiles<ExecSpace, kernels::DuelingTable<MemSpace>> add_forward_ph
   require(fused_supports(c, options, &why), "fused forward: ", why);
   require(!passes.empty(), "fused forward: 0 passes given; expected at least 1");
   const int R = static_cast<int>(passes[0].input.extent(0)), T = static_cast<int>(c.trunk.size());
-  const int F = c.trunk.back(), H = c.head_hidden, Z = c.atoms;
+  const int F = c.trunk.back(), H = c.head_hidden;
   for (std::size_t p = 0; p < passes.size(); ++p) {
     const ForwardPass& x = passes[p];
     require(x.params != nullptr && x.acts != nullptr, "fused forward: pass ", p, " has no parameters or activations");
@@ -93,7 +120,6 @@ kernels::DuelingTiles<ExecSpace, kernels::DuelingTable<MemSpace>> add_forward_ph
   auto hidden_of = [&](const Run& r, int h) {
     return at(h == 0 ? r.acts->value_hidden : r.acts->branch_hidden[h - 1], r.row0, H);
   };
-  auto layer_of = [&](int h) { return h == 0 ? set.value0 : set.branch0 + 2 * (h - 1); };
   b.phase();
   for (const Run& r : runs)
     for (int h = 0; h <= K; ++h) {
@@ -102,50 +128,26 @@ kernels::DuelingTiles<ExecSpace, kernels::DuelingTable<MemSpace>> add_forward_ph
       j.n = H;
       j.out = hidden_of(r, h);
       j.out_ld = H;
-      j.bias = r.params->bias(layer_of(h)).data();
+      j.bias = r.params->bias(set.hidden_layer(h)).data();
       j.relu = 1;
-      b.product(j, {{rows_of(at(r.acts->trunk[T - 1], r.row0, F), F), rows_of(r.params->weight(layer_of(h)).data(), F), F}});
+      b.product(j, {{rows_of(at(r.acts->trunk[T - 1], r.row0, F), F), rows_of(r.params->weight(set.hidden_layer(h)).data(), F), F}});
     }
   b.phase();
   for (const Run& r : runs)
     for (int h = 0; h <= K; ++h) {
-      const int width = h == 0 ? Z : c.branches[h - 1] * Z;
+      const int width = net.head_width(h);
       ProductJob j;
       j.m = r.rows;
       j.n = width;
-      j.out = h == 0 ? at(r.acts->value_out, r.row0, Z)
-                     : r.acts->branch_out.data() + net.table().block(r.acts->rows, Z, h - 1) +
-                           static_cast<std::size_t>(r.row0) * width;
+      j.out = net.head_out(*r.acts, h, r.row0);
       j.out_ld = width;
-      j.bias = r.params->bias(layer_of(h) + 1).data();
-      b.product(j, {{rows_of(hidden_of(r, h), H), rows_of(r.params->weight(layer_of(h) + 1).data(), H), H}});
+      j.bias = r.params->bias(set.hidden_layer(h) + 1).data();
+      b.product(j, {{rows_of(hidden_of(r, h), H), rows_of(r.params->weight(set.hidden_layer(h) + 1).data(), H), H}});
     }
-  // The dueling head and log-softmax of every run, its outputs already biased.
-  std::vector<kernels::DuelingEntry> entries;
-  int tiles = 0;
-  for (const Run& r : runs) {
-    kernels::DuelingEntry e;
-    e.value = r.acts->value_out.data();
-    e.branch_out = r.acts->branch_out.data();
-    e.logp = r.acts->logp.data();
-    e.total_rows = r.acts->rows;
-    e.row0 = r.row0;
-    e.rows = r.rows;
-    entries.push_back(e);
-  }
-  int max_rows = 0;
-  for (const Run& r : runs) max_rows = r.rows > max_rows ? r.rows : max_rows;
-  kernels::DuelingTiles<ExecSpace, kernels::DuelingTable<MemSpace>> d;
-  d.entries = {device_table<MemSpace>("zs::fused::dueling", entries),
-               device_table<MemSpace>("zs::fused::dueling_biases", std::vector<std::uintptr_t>(1, 0))};
-  d.table = net.table();
-  d.atoms = Z;
-  d.tile_rows = options.dueling_rows;
-  d.tiles_per_entry = (max_rows + options.dueling_rows - 1) / options.dueling_rows;
-  tiles = static_cast<int>(entries.size()) * d.tiles_per_entry;
+  const kernels::DuelingTiles<ExecSpace, kernels::DuelingTable<MemSpace>> d = dueling_tiles(net, passes, options);
   if (dueling_phase) {
     b.phase();
-    b.tiles(kernels::FusedTileKind::dueling, tiles);
+    b.tiles(kernels::FusedTileKind::dueling, d.entries.count() * d.tiles_per_entry);
   }
   return d;
 }

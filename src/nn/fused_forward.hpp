@@ -21,6 +21,11 @@ kernels::DuelingTiles<ExecSpace, kernels::DuelingTable<MemSpace>> add_forward_ph
     FusedBuilder& b, const Network& net, const std::vector<ForwardPass>& passes, const FusedOptions& options,
     bool dueling_phase = true);
 
+// The dueling head's table for `passes` (one entry per run of adjacent passes), which
+// add_forward_phases returns; for a caller whose forward runs elsewhere (FusedOptions::row_block_forward).
+kernels::DuelingTiles<ExecSpace, kernels::DuelingTable<MemSpace>> dueling_tiles(
+    const Network& net, const std::vector<ForwardPass>& passes, const FusedOptions& options);
+
 // The team scratch of the forward's phases.
 std::size_t forward_scratch_bytes(const Network& net, const FusedOptions& options);
 

@@ -74,6 +74,16 @@ Network::Network(const Config& config, const ParamLayout& layout)
       branch0_(layout.trunk_layers() + 2),
       table_(kernels::BranchTable::of(config.branches, "Network")) {}
 
+int Network::head_width(int h) const {
+  return h == 0 ? config_.atoms : config_.branches[static_cast<std::size_t>(h - 1)] * config_.atoms;
+}
+
+float* Network::head_out(const Activations& a, int h, int row0) const {
+  const std::size_t row_offset = static_cast<std::size_t>(row0) * head_width(h);
+  if (h == 0) return a.value_out.data() + row_offset;
+  return a.branch_out.data() + table_.block(a.rows, config_.atoms, h - 1) + row_offset;
+}
+
 void Network::forward(const ExecSpace& exec, const Gemm& gemm, const ParamBuffer& p, const ConstMatrixView& input,
                       Activations& acts) const {
   const Config& c = config_;

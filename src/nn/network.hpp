@@ -57,6 +57,8 @@ struct Gradients {
 // layers = branch0 + 2k, branch0 + 2k + 1 (indices into the layout).
 struct HeadSet {
   int value0 = 0, branch0 = 0;
+  // Head h's hidden layer (its output layer is the next): h = 0 the value stream, h = 1 + k branch k.
+  int hidden_layer(int h) const { return h == 0 ? value0 : branch0 + 2 * (h - 1); }
 };
 
 class Network {
@@ -80,6 +82,10 @@ class Network {
 
   // The layers of the main head set (network_plan.hpp takes these).
   HeadSet main_heads() const { return {value0_, branch0_}; }
+  // Head h's output columns (h as in HeadSet::hidden_layer): atoms, or n_k·atoms for branch k.
+  int head_width(int h) const;
+  // Where head h's output rows start in `a`, `row0` rows in (value_out, or branch k's block).
+  float* head_out(const Activations& a, int h, int row0) const;
 
  private:
   // The pieces of forward/backward. h ← head set `set` on `features` [h.rows, trunk.back()].

@@ -12,10 +12,8 @@ RowBlockForward::RowBlockForward(const Network& net, const std::vector<ForwardPa
   require(rows == 16 || rows == 32, "RowBlockForward: ", rows, " rows a block; expected 16 or 32");
   require(!passes.empty(), "RowBlockForward: 0 passes given; expected at least 1");
   const int T = static_cast<int>(c.trunk.size()), K = static_cast<int>(c.branches.size());
-  const int H = c.head_hidden, Z = c.atoms;
+  const int H = c.head_hidden;
   const HeadSet set = net.main_heads();
-  auto layer_of = [&](int h) { return h == 0 ? set.value0 : set.branch0 + 2 * (h - 1); };
-  auto width_of = [&](int h) { return h == 0 ? Z : c.branches[static_cast<std::size_t>(h - 1)] * Z; };
 
   std::vector<kernels::RowBlockLayerShape> shape;
   for (int i = 0; i < T; ++i) shape.push_back({{c.trunk[static_cast<std::size_t>(i)]}, {0}, true});
@@ -23,7 +21,7 @@ RowBlockForward::RowBlockForward(const Network& net, const std::vector<ForwardPa
   for (int h = 0; h <= K; ++h) {
     hidden.n.push_back(H);
     hidden.from.push_back(0);
-    outputs.n.push_back(width_of(h));
+    outputs.n.push_back(net.head_width(h));
     outputs.from.push_back(h);
   }
   shape.push_back(hidden);
@@ -48,13 +46,11 @@ RowBlockForward::RowBlockForward(const Network& net, const std::vector<ForwardPa
     }
     std::vector<kernels::RowBlockSegment> hs, os;
     for (int h = 0; h <= K; ++h) {
-      const int l = layer_of(h), width = width_of(h);
+      const int l = set.hidden_layer(h);
       hs.push_back({x.params->weight(l).data(), x.params->bias(l).data(),
                     at(h == 0 ? a.value_hidden : a.branch_hidden[static_cast<std::size_t>(h - 1)], H), H});
-      float* out = h == 0 ? at(a.value_out, Z)
-                          : a.branch_out.data() + net.table().block(a.rows, Z, h - 1) +
-                                static_cast<std::size_t>(x.row0) * width;
-      os.push_back({x.params->weight(l + 1).data(), x.params->bias(l + 1).data(), out, width});
+      os.push_back({x.params->weight(l + 1).data(), x.params->bias(l + 1).data(), net.head_out(a, h, x.row0),
+                    net.head_width(h)});
     }
     q.layers.push_back(hs);
     q.layers.push_back(os);
