@@ -4,7 +4,8 @@
 Usage: kernel_registers.py [BUILD_DIR] [SOURCE]   (defaults: build/cuda, src/nn/fused_kernel.cpp)
 
 With SOURCE perf/fused_mlp_bench.cpp (or any file that instantiates kernels::RowBlockMlp) it prints
-the row-block kernels instead: rows, warps, k-steps in flight, column group, registers, spills.
+the row-block kernels instead: rows, warps, k-steps in flight, column group, W's layout ([k, n]:
+the input-gradient chain's transposed read), registers, spills.
 
 Recompiles SOURCE alone with the command in BUILD_DIR/compile_commands.json plus -Xptxas=-v (into a
 temporary object; the build is untouched) and prints one row per kernel of FusedProgram phases: the
@@ -59,15 +60,15 @@ def main() -> int:
                 # Kernels of no product (kind bit 0) are compiled with the default tile arguments.
                 tile = f"{r} × {c}, {st}" if int(kinds) & 1 else "—"
                 rows.append((int(kinds), tile, "EveryPhase" in fn, int(m.group(1)), spill))
-            k = re.search(r"RowBlockMlpI\w*?CudaELi(\d+)ELi(\d+)ELi(\d+)ELi(\d+)E", fn)
+            k = re.search(r"RowBlockMlpI\w*?CudaELi(\d+)ELi(\d+)ELi(\d+)ELi(\d+)ELb([01])E", fn)
             if k:
                 blocks.append(tuple(int(v) for v in k.groups()) + (int(m.group(1)), spill))
             fn = None
     if blocks:
-        print("| rows | warps | steps in flight | column group | registers | spills |")
-        print("| ---: | ---: | ---: | ---: | ---: | --- |")
-        for r, w, d, g, regs, spills in sorted(set(blocks)):
-            print(f"| {r} | {w} | {d} | {g} | {regs} | {spills or '—'} |")
+        print("| rows | warps | steps in flight | column group | W | registers | spills |")
+        print("| ---: | ---: | ---: | ---: | --- | ---: | --- |")
+        for r, w, d, g, t, regs, spills in sorted(set(blocks)):
+            print(f"| {r} | {w} | {d} | {g} | {'[k, n]' if t else '[n, k]'} | {regs} | {spills or '—'} |")
         if not rows:
             return 0
     if not rows:

@@ -55,13 +55,17 @@ struct PassEntry {
 
 KOKKOS_INLINE_FUNCTION constexpr int round_up(int n, int m) { return (n + m - 1) / m * m; }
 
-// The pass that owns league rank `tile` (the passes' tile0 ascend).
+// The index of the pass that owns league rank `tile` (the passes' tile0 ascend).
 template <class Passes>
-KOKKOS_INLINE_FUNCTION PassEntry pass_of(const Passes& passes, int tile) {
+KOKKOS_INLINE_FUNCTION int pass_index(const Passes& passes, int tile) {
   const int n = static_cast<int>(passes.extent(0));
   int p = 0;
   while (p + 1 < n && passes(p + 1).tile0 <= tile) ++p;
-  return passes(p);
+  return p;
+}
+template <class Passes>
+KOKKOS_INLINE_FUNCTION PassEntry pass_of(const Passes& passes, int tile) {
+  return passes(pass_index(passes, tile));
 }
 
 // The checks every launch of a layer stack makes (`who` names it in the message): widths and

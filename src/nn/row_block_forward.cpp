@@ -16,8 +16,8 @@ RowBlockForward::RowBlockForward(const Network& net, const std::vector<ForwardPa
   const HeadSet set = net.main_heads();
 
   std::vector<kernels::RowBlockLayerShape> shape;
-  for (int i = 0; i < T; ++i) shape.push_back({{c.trunk[static_cast<std::size_t>(i)]}, {0}, true});
-  kernels::RowBlockLayerShape hidden{{}, {}, true}, outputs{{}, {}, false};
+  for (int i = 0; i < T; ++i) shape.push_back({{c.trunk[static_cast<std::size_t>(i)]}, {0}, true, {}});
+  kernels::RowBlockLayerShape hidden{{}, {}, true, {}}, outputs{{}, {}, false, {}};
   for (int h = 0; h <= K; ++h) {
     hidden.n.push_back(H);
     hidden.from.push_back(0);
@@ -27,6 +27,15 @@ RowBlockForward::RowBlockForward(const Network& net, const std::vector<ForwardPa
   shape.push_back(hidden);
   shape.push_back(outputs);
 
+  // A dense layer's segment: its weights and biases, its output rows.
+  auto dense = [](const float* w, const float* b, float* out, int ld) {
+    kernels::RowBlockSegment y;
+    y.w = w;
+    y.b = b;
+    y.out = out;
+    y.out_ld = ld;
+    return y;
+  };
   std::vector<kernels::RowBlockPass> ps;
   for (std::size_t p = 0; p < passes.size(); ++p) {
     const ForwardPass& x = passes[p];
@@ -39,18 +48,18 @@ RowBlockForward::RowBlockForward(const Network& net, const std::vector<ForwardPa
             x.row0 + R, " of activations with ", x.acts->rows, " rows");
     const Activations& a = *x.acts;
     auto at = [&](const DeviceFloats& f, int cols) { return f.data() + static_cast<std::size_t>(x.row0) * cols; };
-    kernels::RowBlockPass q{x.input.data(), R, {}};
+    kernels::RowBlockPass q{x.input.data(), R, {}, {}};
     for (int i = 0; i < T; ++i) {
       const int out = c.trunk[static_cast<std::size_t>(i)];
-      q.layers.push_back({{x.params->weight(i).data(), x.params->bias(i).data(), at(a.trunk[static_cast<std::size_t>(i)], out), out}});
+      q.layers.push_back({dense(x.params->weight(i).data(), x.params->bias(i).data(), at(a.trunk[static_cast<std::size_t>(i)], out), out)});
     }
     std::vector<kernels::RowBlockSegment> hs, os;
     for (int h = 0; h <= K; ++h) {
       const int l = set.hidden_layer(h);
-      hs.push_back({x.params->weight(l).data(), x.params->bias(l).data(),
-                    at(h == 0 ? a.value_hidden : a.branch_hidden[static_cast<std::size_t>(h - 1)], H), H});
-      os.push_back({x.params->weight(l + 1).data(), x.params->bias(l + 1).data(), net.head_out(a, h, x.row0),
-                    net.head_width(h)});
+      hs.push_back(dense(x.params->weight(l).data(), x.params->bias(l).data(),
+                         at(h == 0 ? a.value_hidden : a.branch_hidden[static_cast<std::size_t>(h - 1)], H), H));
+      os.push_back(dense(x.params->weight(l + 1).data(), x.params->bias(l + 1).data(), net.head_out(a, h, x.row0),
+                         net.head_width(h)));
     }
     q.layers.push_back(hs);
     q.layers.push_back(os);
