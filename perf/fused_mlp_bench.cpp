@@ -17,6 +17,7 @@
 #include "kernels/row_block_mlp.hpp"
 #include "nn/fused_forward.hpp"
 #include "nn/fused_trunk.hpp"
+#include "nn/row_block_chain.hpp"
 #include "nn/row_block_forward.hpp"
 
 namespace {
@@ -186,6 +187,44 @@ void BM_RowBlockForward(benchmark::State& state) {
   row_block_parts(state, stream, fwd.teams(), fwd.layers(), [&](std::uint64_t* c) { fwd.enqueue(stream.exec(), c); });
 }
 BENCHMARK(BM_RowBlockForward)
+    ->ArgNames({"B", "width", "rows"})
+    ->ArgsProduct({{64, 256, 1024, 4096}, {256}, {16, 32}})
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
+
+// The input-gradient chain of the heads and the trunk (nn/row_block_chain.hpp) for B rows of the
+// online net on s, from random output gradients (the value stream's the sum of one share a
+// branch), masked by a forward's activations. Counters stage_kc, layer*_kc as BM_RowBlockForward's.
+// Args: B, trunk width, rows a block.
+void BM_RowBlockChain(benchmark::State& state) {
+  const int B = static_cast<int>(state.range(0)), width = static_cast<int>(state.range(1));
+  TrunkSetup t(B, width);
+  zs::RowBlockForward(t.net, t.forward_passes(), 32).enqueue(zs::ExecSpace());
+  const int K = static_cast<int>(t.c.branches.size());
+  std::vector<zs::DeviceFloats> d_out;
+  zs::ChainBuffers buffers;
+  for (int h = 0; h <= K; ++h) {
+    std::vector<zs::kernels::RowBlockSource> sources;
+    const int w = t.net.head_width(h);
+    for (int share = 0; share < (h == 0 ? K : 1); ++share) {
+      d_out.emplace_back("zs::bench::d_out", std::size_t(B) * w);
+      fill_normal(d_out.back(), 10 + d_out.size(), 0.01f);
+      sources.push_back({d_out.back().data(), w});
+    }
+    buffers.d_out.push_back(sources);
+  }
+  zs::DeviceFloats dz_hidden("zs::bench::dz_hidden", std::size_t(K + 1) * B * t.c.head_hidden);
+  zs::Gradients g(t.c, B);
+  buffers.dz_hidden = dz_hidden.data();
+  for (auto& d : g.d_trunk) buffers.d_trunk.push_back(d.data());
+  const zs::RowBlockChain chain(t.net, t.online, t.on, B, buffers, static_cast<int>(state.range(2)));
+  zs::Stream stream;
+  time_trunk(state, stream, [&] { chain.enqueue(stream.exec()); }, true);
+  state.counters["teams"] = chain.teams();
+  state.counters["scratch_bytes"] = static_cast<double>(chain.scratch_bytes());
+  row_block_parts(state, stream, chain.teams(), chain.layers(), [&](std::uint64_t* c) { chain.enqueue(stream.exec(), c); });
+}
+BENCHMARK(BM_RowBlockChain)
     ->ArgNames({"B", "width", "rows"})
     ->ArgsProduct({{64, 256, 1024, 4096}, {256}, {16, 32}})
     ->UseManualTime()

@@ -102,6 +102,11 @@ const Variant kVariants[] = {
     {"tables_before_wait off", [](zs::FusedOptions& o) { o.tables_before_wait = false; }},
     {"the forward as row blocks of 32", [](zs::FusedOptions& o) { o.row_block_forward = 32; }},
     {"the forward as row blocks of 16", [](zs::FusedOptions& o) { o.row_block_forward = 16; }},
+    {"the input-gradient chain as row blocks of 32", [](zs::FusedOptions& o) { o.row_block_backward = 32; }},
+    {"the forward and the chain as row blocks of 32",
+     [](zs::FusedOptions& o) { o.row_block_forward = o.row_block_backward = 32; }},
+    {"the forward and the chain as row blocks of 16",
+     [](zs::FusedOptions& o) { o.row_block_forward = o.row_block_backward = 16; }},
 };
 constexpr int kVariantCount = static_cast<int>(sizeof(kVariants) / sizeof(kVariants[0]));
 

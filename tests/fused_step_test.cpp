@@ -299,12 +299,14 @@ TEST(FusedC51, OneStepMatchesTheLaunchPlans) {
   const int B = 37;
   // Split-K (32 × 32 tiles), and unsplit with every tile shape (32 × 32 in 4 stages too); the
   // dueling head inside the loss's phase (the default) and as a phase of its own; the forward as
-  // row blocks of 32 and of 16 rows.
+  // row blocks of 32 and of 16 rows; the input-gradient chain as row blocks (its phases launched
+  // one by one), alone, after the row-block forward, and with the dueling head apart.
   struct Variant {
     int split_chunks, tile_rows, tile_cols;
     bool fuse_head_loss;
     int tile_stages = 3;
     int row_block_forward = 0;
+    int row_block_backward = 0;
   };
   for (const Variant& v : std::vector<Variant>{{1, 32, 32, true},
                                                {0, 64, 32, true},
@@ -313,12 +315,15 @@ TEST(FusedC51, OneStepMatchesTheLaunchPlans) {
                                                {0, 32, 32, false},
                                                {0, 32, 32, true, 4},
                                                {0, 32, 32, true, 3, 32},
-                                               {0, 32, 32, true, 3, 16}})
+                                               {0, 32, 32, true, 3, 16},
+                                               {0, 32, 32, true, 3, 0, 32},
+                                               {0, 32, 32, true, 3, 32, 16},
+                                               {1, 32, 32, false, 3, 0, 32}})
   for (const auto& j : {small_net(seed), odd_net(seed)}) {
     const int split_chunks = v.split_chunks, tile_rows = v.tile_rows;
     SCOPED_TRACE(testing::Message() << "split_chunks " << split_chunks << ", tiles " << tile_rows << " × "
                                     << v.tile_cols << " in " << v.tile_stages << " stages, head and loss " << (v.fuse_head_loss ? "fused" : "apart")
-                                    << ", row blocks " << v.row_block_forward
+                                    << ", row blocks " << v.row_block_forward << " / " << v.row_block_backward
                                     << ", " << j.dump());
     const auto c = zs::Config::from_json(j);
     auto fo = fused_options(B, zs::PhasedMode::persistent, split_chunks);
@@ -327,6 +332,8 @@ TEST(FusedC51, OneStepMatchesTheLaunchPlans) {
     fo.fused.tile_stages = v.tile_stages;
     fo.fused.fuse_head_loss = v.fuse_head_loss;
     fo.fused.row_block_forward = v.row_block_forward;
+    fo.fused.row_block_backward = v.row_block_backward;
+    if (v.row_block_backward != 0) fo.fused.mode = zs::PhasedMode::launches;
     zs::Trainer fused(c, fo), plans(c, plan_options(B));
     // The plans in FP32: on TF32 backends the yardstick of how far TF32 alone moves a gradient.
     auto j32 = j;
@@ -602,6 +609,34 @@ TEST(FusedC51, GraphReplayEqualsDirectLaunchAndTheLaunchModesAgree) {
   }
 }
 
+// The step with its forward and its input-gradient chain as row blocks: captured into a graph
+// (which a hidden sync, allocation or blocking copy would break) and replayed, step after step,
+// it gives the bits of the same launches made directly.
+TEST(FusedC51, RowBlocksReplayFromAGraphAsTheyLaunchDirectly) {
+  const auto seed = zs::test::fresh_seed();
+  SCOPED_TRACE(testing::Message() << "seed " << seed);
+  for (const int rows : {16, 32}) {
+    SCOPED_TRACE(testing::Message() << rows << " rows a block");
+    const auto c = zs::Config::from_json(odd_net(seed));
+    auto o = fused_options(40, zs::PhasedMode::launches);
+    o.fused.row_block_forward = rows;
+    o.fused.row_block_backward = rows;
+    zs::Trainer graph(c, o), direct(c, o);
+    ASSERT_TRUE(graph.fused()) << graph.fused_off_reason();
+    zs::test::step_on_same_batches(graph, direct, 5, seed + 100, [](zs::Trainer& g, zs::Trainer& d) {
+      g.step();
+      d.step_direct();
+    });
+    EXPECT_TRUE(graph.graph_recorded());
+    EXPECT_TRUE(zs::test::same_bits(host_copy(graph.online().flat()), host_copy(direct.online().flat())));
+    EXPECT_TRUE(zs::test::same_bits(host_copy(graph.optimizer().v().flat()), host_copy(direct.optimizer().v().flat())));
+    const auto mg = graph.metrics(), md = direct.metrics();
+    ASSERT_TRUE(mg && md);
+    EXPECT_EQ(mg->raw_loss, md->raw_loss);
+    EXPECT_TRUE(std::isfinite(mg->raw_loss) && mg->raw_loss > 0);
+  }
+}
+
 // FusedOptions::norm_in_backward: the weight-gradient tiles' squares and the last backward
 // phase's last tile give the norms' launch's norm to double rounding (only the order of the
 // double sums differs), and with it the same verdict, clip scale and update, step after step
@@ -829,6 +864,22 @@ TEST(FusedC51, ConfigsOutOfItsReachRunTheLaunchPlansAndSayWhy) {
                      "or 32 × 16 in 3 stages, or 32 × 32 or 32 × 16 in 4"),
             std::string::npos)
       << why;
+  // The row blocks: 16 or 32 rows a block; the forward's needs the loss to form the dueling head,
+  // the chain's a launch per phase to go between.
+  zs::FusedOptions blocks;
+  blocks.row_block_backward = 24;
+  EXPECT_FALSE(zs::fused_supports(zs::Config::from_json(small_net(1)), blocks, &why));
+  EXPECT_NE(why.find("row_block_backward = 24; expected 0 (off), 16 or 32 rows a block"), std::string::npos) << why;
+  blocks.row_block_backward = 16;
+  blocks.mode = zs::PhasedMode::persistent;
+  EXPECT_FALSE(zs::fused_supports(zs::Config::from_json(small_net(1)), blocks, &why));
+  EXPECT_NE(why.find("row_block_backward needs mode launches"), std::string::npos) << why;
+  blocks.mode = zs::PhasedMode::launches;
+  EXPECT_TRUE(zs::fused_supports(zs::Config::from_json(small_net(1)), blocks, &why)) << why;
+  blocks.row_block_forward = 32;
+  blocks.fuse_head_loss = false;
+  EXPECT_FALSE(zs::fused_supports(zs::Config::from_json(small_net(1)), blocks, &why));
+  EXPECT_NE(why.find("row_block_forward needs fuse_head_loss"), std::string::npos) << why;
   zs::FusedOptions deep_tiles;
   deep_tiles.tile_rows = 64;
   deep_tiles.tile_stages = 4;  // 56 KiB of scratch: past the budget

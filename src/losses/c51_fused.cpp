@@ -81,10 +81,8 @@ FusedC51::FusedC51(const StepContext& ctx, Gradients& g, const ParamBuffer& grad
   b.tiles(options.fuse_head_loss ? kernels::FusedTileKind::c51_head_branch : kernels::FusedTileKind::c51_branch,
           B * K);
 
-  // Backward, the online net on s (the first B rows of its activations). Each phase's input
-  // gradient feeds the next; each layer's weight gradient (and its bias's, the row sums of the
-  // same operand) shares the phase of the layer below's input gradient. The weight gradients are
-  // every main-network tensor of `grad`, each written once: the pieces of its norm
+  // Backward, the online net on s (the first B rows of its activations). The weight gradients
+  // are every main-network tensor of `grad`, each written once: the pieces of its norm
   // (FusedOptions::norm_in_backward).
   const HeadSet set = net.main_heads();
   auto hidden_of = [&](int h) { return h == 0 ? online.value_hidden.data() : online.branch_hidden[h - 1].data(); };
@@ -107,31 +105,79 @@ FusedC51::FusedC51(const StepContext& ctx, Gradients& g, const ParamBuffer& grad
     return s;
   };
 
-  b.phase();
-  for (int h = 0; h < heads; ++h) {
-    const int out = set.hidden_layer(h) + 1, width = net.head_width(h);
-    // d_hidden = d_out · W_out, masked by the hidden ReLU.
-    ProductJob dx;
-    dx.m = B;
-    dx.n = H;
-    dx.out = dz_hidden_of(h);
-    dx.out_ld = H;
-    dx.mask = hidden_of(h);
-    dx.mask_ld = H;
-    b.product(dx, d_out_segments(h, false, columns_of(ctx.online.weight(out).data(), H), 0));
-    // dW_out = d_outᵀ · hidden, db_out = Σ_rows d_out.
+  // The weight gradients: dW = dzᵀ · x, db = Σ_rows dz, for head h's output layer, its hidden
+  // layer, and trunk layer i.
+  auto dw_out = [&](int h) {
+    const int out = set.hidden_layer(h) + 1;
     ProductJob dw;
-    dw.m = width;
+    dw.m = net.head_width(h);
     dw.n = H;
     dw.out = grad.weight(out).data();
     dw.out_ld = H;
     dw.row_sums = grad.bias(out).data();
     b.product(dw, d_out_segments(h, true, columns_of(hidden_of(h), H), B), true);
-  }
-  b.tiles(kernels::FusedTileKind::c51_finish, 1);
+  };
+  auto dw_hidden = [&](int h) {
+    ProductJob dw;
+    dw.m = H;
+    dw.n = F;
+    dw.out = grad.weight(set.hidden_layer(h)).data();
+    dw.out_ld = F;
+    dw.row_sums = grad.bias(set.hidden_layer(h)).data();
+    b.product(dw, {{columns_of(dz_hidden_of(h), H), columns_of(online.trunk[T - 1].data(), F), B}}, true);
+  };
+  auto dw_trunk = [&](int i) {
+    const int out = c.trunk[i], in = i == 0 ? c.state_dim : c.trunk[i - 1];
+    const float* x = i == 0 ? ctx.batch.states().data() : online.trunk[i - 1].data();
+    ProductJob dw;
+    dw.m = out;
+    dw.n = in;
+    dw.out = grad.weight(i).data();
+    dw.out_ld = in;
+    dw.row_sums = grad.bias(i).data();
+    b.product(dw, {{columns_of(g.d_trunk[i].data(), out), columns_of(x, in), B}}, true);
+  };
 
-  b.phase();
-  {
+  if (options.row_block_backward != 0) {
+    // Every input gradient in one row-block launch after the loss, then every weight gradient in
+    // one phase.
+    ChainBuffers buffers;
+    for (int h = 0; h < heads; ++h) {
+      std::vector<kernels::RowBlockSource> sources;
+      if (h == 0)
+        for (int k = 0; k < K; ++k) sources.push_back({d_value_parts_.data() + L.value_at(B, k, 0, 0), L.padded(Z)});
+      else
+        sources.push_back({d_branch_out_.data() + L.branch_block(B, h - 1), L.branch_ld(h - 1)});
+      buffers.d_out.push_back(sources);
+    }
+    buffers.dz_hidden = dz_hidden_.data();
+    for (int i = 0; i < T; ++i) buffers.d_trunk.push_back(g.d_trunk[i].data());
+    chain_ = std::make_unique<RowBlockChain>(net, ctx.online, online, B, buffers, options.row_block_backward);
+    b.launch_between([chain = chain_.get()](const ExecSpace& exec) { chain->enqueue(exec); });
+    b.phase();
+    for (int h = 0; h < heads; ++h) dw_out(h);
+    b.tiles(kernels::FusedTileKind::c51_finish, 1);
+    for (int h = 0; h < heads; ++h) dw_hidden(h);
+    for (int i = T - 1; i >= 0; --i) dw_trunk(i);
+  } else {
+    // Each phase's input gradient feeds the next; each layer's weight gradient shares the phase
+    // of the layer below's input gradient.
+    b.phase();
+    for (int h = 0; h < heads; ++h) {
+      // d_hidden = d_out · W_out, masked by the hidden ReLU.
+      ProductJob dx;
+      dx.m = B;
+      dx.n = H;
+      dx.out = dz_hidden_of(h);
+      dx.out_ld = H;
+      dx.mask = hidden_of(h);
+      dx.mask_ld = H;
+      b.product(dx, d_out_segments(h, false, columns_of(ctx.online.weight(set.hidden_layer(h) + 1).data(), H), 0));
+      dw_out(h);
+    }
+    b.tiles(kernels::FusedTileKind::c51_finish, 1);
+
+    b.phase();
     // ∂loss/∂features = Σ_heads dz_hidden · W_hidden, masked by the last trunk layer's ReLU.
     ProductJob dx;
     dx.m = B;
@@ -144,37 +190,22 @@ FusedC51::FusedC51(const StepContext& ctx, Gradients& g, const ParamBuffer& grad
     for (int h = 0; h < heads; ++h)
       s.push_back({rows_of(dz_hidden_of(h), H), columns_of(ctx.online.weight(set.hidden_layer(h)).data(), F), H});
     b.product(dx, s);
-    for (int h = 0; h < heads; ++h) {
-      ProductJob dw;
-      dw.m = H;
-      dw.n = F;
-      dw.out = grad.weight(set.hidden_layer(h)).data();
-      dw.out_ld = F;
-      dw.row_sums = grad.bias(set.hidden_layer(h)).data();
-      b.product(dw, {{columns_of(dz_hidden_of(h), H), columns_of(online.trunk[T - 1].data(), F), B}}, true);
+    for (int h = 0; h < heads; ++h) dw_hidden(h);
+    for (int i = T - 1; i >= 0; --i) {
+      b.phase();
+      if (i > 0) {
+        const int out = c.trunk[i], in = c.trunk[i - 1];
+        ProductJob dt;
+        dt.m = B;
+        dt.n = in;
+        dt.out = g.d_trunk[i - 1].data();
+        dt.out_ld = in;
+        dt.mask = online.trunk[i - 1].data();
+        dt.mask_ld = in;
+        b.product(dt, {{rows_of(g.d_trunk[i].data(), out), columns_of(ctx.online.weight(i).data(), in), out}});
+      }
+      dw_trunk(i);
     }
-  }
-  for (int i = T - 1; i >= 0; --i) {
-    b.phase();
-    const int out = c.trunk[i], in = i == 0 ? c.state_dim : c.trunk[i - 1];
-    const float* x = i == 0 ? ctx.batch.states().data() : online.trunk[i - 1].data();
-    if (i > 0) {
-      ProductJob dx;
-      dx.m = B;
-      dx.n = in;
-      dx.out = g.d_trunk[i - 1].data();
-      dx.out_ld = in;
-      dx.mask = online.trunk[i - 1].data();
-      dx.mask_ld = in;
-      b.product(dx, {{rows_of(g.d_trunk[i].data(), out), columns_of(ctx.online.weight(i).data(), in), out}});
-    }
-    ProductJob dw;
-    dw.m = out;
-    dw.n = in;
-    dw.out = grad.weight(i).data();
-    dw.out_ld = in;
-    dw.row_sums = grad.bias(i).data();
-    b.product(dw, {{columns_of(g.d_trunk[i].data(), out), columns_of(x, in), B}}, true);
   }
 
   const std::size_t scratch = std::max(

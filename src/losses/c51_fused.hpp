@@ -9,6 +9,7 @@
 
 #include "losses/loss_term.hpp"
 #include "nn/fused_forward.hpp"
+#include "nn/row_block_chain.hpp"
 #include "nn/row_block_forward.hpp"
 
 namespace zs {
@@ -33,6 +34,7 @@ class FusedC51 {
   DeviceFloats dz_hidden_;      // [1 + K][B][head_hidden]: each head's gradient below its ReLU
   Kokkos::View<float**, Kokkos::LayoutRight, MemSpace> ce_;  // [B, K]
   std::unique_ptr<RowBlockForward> row_blocks_;  // FusedOptions::row_block_forward
+  std::unique_ptr<RowBlockChain> chain_;         // FusedOptions::row_block_backward, launched by kernel_
   FusedKernel kernel_;
 };
 

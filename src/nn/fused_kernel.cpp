@@ -124,6 +124,10 @@ bool fused_supports(const Config& c, const FusedOptions& o, std::string* reason)
     return no(str("row_block_forward = ", o.row_block_forward, "; expected 0 (off), 16 or 32 rows a block"));
   if (o.row_block_forward != 0 && !o.fuse_head_loss)
     return no("row_block_forward needs fuse_head_loss: the row blocks leave the dueling head to the loss");
+  if (o.row_block_backward != 0 && o.row_block_backward != 16 && o.row_block_backward != 32)
+    return no(str("row_block_backward = ", o.row_block_backward, "; expected 0 (off), 16 or 32 rows a block"));
+  if (o.row_block_backward != 0 && o.mode == PhasedMode::persistent)
+    return no("row_block_backward needs mode launches: its launch goes between two phases");
   const kernels::BranchTable table = kernels::BranchTable::of(c.branches);
   const int fit = kernels::dueling_tile_fit(table, c.atoms);
   if (o.dueling_rows < 1 || o.dueling_rows > fit)
@@ -330,6 +334,9 @@ FusedKernel FusedBuilder::build(FusedProgramOnDevice program, std::size_t scratc
   k.shape_ = {Product::kTeamSize, WarpTile<ExecSpace>::kVectorLength, std::max(scratch_bytes, shape.scratch_bytes)};
   k.mode_ = kCanPersist ? options.mode : PhasedMode::launches;
   k.per_kind_ = options.kernel_per_kind;
+  require(between_.empty() || k.mode_ != PhasedMode::persistent, "FusedBuilder: ", between_.size(),
+          " launches between phases in one persistent launch; expected phases launched one by one (mode launches)");
+  k.between_ = between_;
   // A kernel of only the dueling head or only the loss needs only what the caller asked for (and
   // the loss what its own team counts), not the products' stages: more of its teams fit on a
   // multiprocessor.
@@ -376,13 +383,16 @@ void FusedKernel::enqueue(const ExecSpace& exec) const {
 template <int Rows, int Cols, int Stages>
 void FusedKernel::enqueue_as(const ExecSpace& exec) const {
   const PhaseOfKinds<kAllKinds, Rows, Cols, Stages> all{program_};
-  if (mode_ == PhasedMode::persistent || !per_kind_) {
+  if (mode_ == PhasedMode::persistent) {
     phased_launch(exec, "zs::fused_step", all, shape_, mode_, teams_, barrier_);
     return;
   }
   for (int p = 0; p < program_.n_phases; ++p) {
+    launch_between(exec, p);
     const int kinds = program_.phase_kinds[p];
-    if ((kinds & ~kProducts) == 0)
+    if (!per_kind_)
+      launch_phase(exec, "zs::fused_step", all, shape_, p);
+    else if ((kinds & ~kProducts) == 0)
       launch_phase(exec, "zs::fused_step::products", PhaseOfKinds<kProducts, Rows, Cols, Stages>{program_}, shape_, p);
     else if (kinds == kDueling)  // the head's and the loss's kernels have no product in them
       launch_phase(exec, "zs::fused_step::dueling", PhaseOfKinds<kDueling, 64, 32>{program_}, dueling_shape_, p);
@@ -393,6 +403,12 @@ void FusedKernel::enqueue_as(const ExecSpace& exec) const {
     else
       launch_phase(exec, "zs::fused_step", all, shape_, p);
   }
+  launch_between(exec, program_.n_phases);
+}
+
+void FusedKernel::launch_between(const ExecSpace& exec, int phase) const {
+  for (const auto& [before, launch] : between_)
+    if (before == phase) launch(exec);
 }
 
 std::vector<TileTimes> FusedKernel::timeline() const {
@@ -435,7 +451,7 @@ std::vector<TileTimes> FusedKernel::timeline() const {
 
 int FusedKernel::launches() const {
   if (mode_ == PhasedMode::persistent) return 1;
-  int n = 0;
+  int n = static_cast<int>(between_.size());
   for (int p = 0; p < program_.n_phases; ++p) n += program_.phase_tiles[p] > 0 ? 1 : 0;
   return n;
 }

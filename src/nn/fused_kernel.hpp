@@ -4,7 +4,9 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backends/backend.hpp"
@@ -99,6 +101,11 @@ struct FusedOptions {
   // block of this many rows: 16 or 32) instead of its product phases; 0: the phases. Needs
   // fuse_head_loss. A prototype under measurement (docs/performance.md, twenty-fourth session).
   int row_block_forward = 0;
+  // The C51 step's input-gradient chain (the heads' and the trunk's, nn/row_block_chain.hpp) as one
+  // row-block launch of this many rows a block (16 or 32) between the loss and one phase of every
+  // weight gradient, instead of four phases of both; 0: the phases. Needs the phases launched one
+  // by one (mode launches). A prototype under measurement (docs/performance.md).
+  int row_block_backward = 0;
   // Each tile stores its clocks (kernels::TileClock) every launch: where a step's time goes, tile by
   // tile (FusedKernel::timeline, perf's BM_StepTimeline). A diagnostic; off, no tile stores any.
   bool timeline = false;
@@ -149,6 +156,12 @@ class FusedBuilder {
   // (FusedOptions::norm_in_backward); no piece may be written by two jobs.
   void product(kernels::ProductJob job, const std::vector<kernels::ProductSegment>& segments, bool in_norm = false);
   void tiles(kernels::FusedTileKind kind, int count);
+  // A launch of the caller's own, enqueued between the phases added so far and the next (a
+  // row-block launch: FusedOptions::row_block_backward). Only where the phases are launches of
+  // their own: build() refuses it in a persistent launch.
+  void launch_between(std::function<void(const ExecSpace&)> launch) {
+    between_.emplace_back(phases(), std::move(launch));
+  }
   int phases() const { return static_cast<int>(phase_item_.size()); }
   // The kernel of everything added, with `program`'s dueling and C51 parts (tables are set here).
   FusedKernel build(FusedProgramOnDevice program, std::size_t scratch_bytes, const FusedOptions& options) const;
@@ -160,6 +173,7 @@ class FusedBuilder {
   std::vector<kernels::ProductSegment> segments_;
   std::vector<kernels::FusedItem> items_;
   std::vector<int> phase_item_;  // each phase's first item
+  std::vector<std::pair<int, std::function<void(const ExecSpace&)>>> between_;  // before phase .first
 };
 
 class FusedKernel {
@@ -197,7 +211,9 @@ class FusedKernel {
   friend class FusedBuilder;
   template <int Rows, int Cols, int Stages>
   void enqueue_as(const ExecSpace& exec) const;
+  void launch_between(const ExecSpace& exec, int phase) const;
   FusedProgramOnDevice program_;
+  std::vector<std::pair<int, std::function<void(const ExecSpace&)>>> between_;  // FusedBuilder::launch_between
   PhasedShape shape_;
   PhasedShape dueling_shape_, loss_shape_;  // the dueling head's and the loss's own kernels (kernel_per_kind)
   PhasedMode mode_ = PhasedMode::launches;
