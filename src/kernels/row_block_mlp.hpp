@@ -614,4 +614,36 @@ class RowBlockMlpLaunch {
   std::size_t scratch_ = 0;
 };
 
+// A row-block launch of 16 or 32 rows a block, the count picked at run time (the step's options).
+template <class Exec, bool Trans = false>
+class RowBlockLaunchOfRows {
+ public:
+  RowBlockLaunchOfRows() = default;
+  // rows: 16 or 32 (the caller has checked it and named itself in the error).
+  RowBlockLaunchOfRows(int rows, const std::vector<int>& input_widths, const std::vector<RowBlockLayerShape>& shape,
+                       const std::vector<RowBlockPass>& passes)
+      : rows_(rows) {
+    if (rows == 16)
+      r16_ = Rows16(input_widths, shape, passes);
+    else
+      r32_ = Rows32(input_widths, shape, passes);
+  }
+  void operator()(const Exec& exec, std::uint64_t* clocks = nullptr) const {
+    if (rows_ == 16)
+      r16_(exec, clocks);
+    else
+      r32_(exec, clocks);
+  }
+  int teams() const { return rows_ == 16 ? r16_.teams() : r32_.teams(); }
+  int layers() const { return rows_ == 16 ? r16_.layers() : r32_.layers(); }
+  std::size_t scratch_bytes() const { return rows_ == 16 ? r16_.scratch_bytes() : r32_.scratch_bytes(); }
+
+ private:
+  using Rows16 = RowBlockMlpLaunch<Exec, 16, 8, 4, 32, Trans>;
+  using Rows32 = RowBlockMlpLaunch<Exec, 32, 8, 4, 32, Trans>;
+  int rows_ = 32;
+  Rows16 r16_;
+  Rows32 r32_;
+};
+
 }  // namespace zs::kernels

@@ -161,48 +161,40 @@ FusedC51::FusedC51(const StepContext& ctx, Gradients& g, const ParamBuffer& grad
     for (int i = T - 1; i >= 0; --i) dw_trunk(i);
   } else {
     // Each phase's input gradient feeds the next; each layer's weight gradient shares the phase
-    // of the layer below's input gradient.
+    // of the layer below's input gradient. An input gradient: B rows of n columns into out,
+    // masked by the ReLU whose output was `mask`.
+    auto dx = [&](int n, float* out, const float* mask) {
+      ProductJob j;
+      j.m = B;
+      j.n = n;
+      j.out = out;
+      j.out_ld = n;
+      j.mask = mask;
+      j.mask_ld = n;
+      return j;
+    };
     b.phase();
     for (int h = 0; h < heads; ++h) {
-      // d_hidden = d_out · W_out, masked by the hidden ReLU.
-      ProductJob dx;
-      dx.m = B;
-      dx.n = H;
-      dx.out = dz_hidden_of(h);
-      dx.out_ld = H;
-      dx.mask = hidden_of(h);
-      dx.mask_ld = H;
-      b.product(dx, d_out_segments(h, false, columns_of(ctx.online.weight(set.hidden_layer(h) + 1).data(), H), 0));
+      // d_hidden = d_out · W_out.
+      b.product(dx(H, dz_hidden_of(h), hidden_of(h)),
+                d_out_segments(h, false, columns_of(ctx.online.weight(set.hidden_layer(h) + 1).data(), H), 0));
       dw_out(h);
     }
     b.tiles(kernels::FusedTileKind::c51_finish, 1);
 
     b.phase();
-    // ∂loss/∂features = Σ_heads dz_hidden · W_hidden, masked by the last trunk layer's ReLU.
-    ProductJob dx;
-    dx.m = B;
-    dx.n = F;
-    dx.out = g.d_trunk[T - 1].data();
-    dx.out_ld = F;
-    dx.mask = online.trunk[T - 1].data();
-    dx.mask_ld = F;
+    // ∂loss/∂features = Σ_heads dz_hidden · W_hidden.
     std::vector<ProductSegment> s;
     for (int h = 0; h < heads; ++h)
       s.push_back({rows_of(dz_hidden_of(h), H), columns_of(ctx.online.weight(set.hidden_layer(h)).data(), F), H});
-    b.product(dx, s);
+    b.product(dx(F, g.d_trunk[T - 1].data(), online.trunk[T - 1].data()), s);
     for (int h = 0; h < heads; ++h) dw_hidden(h);
     for (int i = T - 1; i >= 0; --i) {
       b.phase();
       if (i > 0) {
         const int out = c.trunk[i], in = c.trunk[i - 1];
-        ProductJob dt;
-        dt.m = B;
-        dt.n = in;
-        dt.out = g.d_trunk[i - 1].data();
-        dt.out_ld = in;
-        dt.mask = online.trunk[i - 1].data();
-        dt.mask_ld = in;
-        b.product(dt, {{rows_of(g.d_trunk[i].data(), out), columns_of(ctx.online.weight(i).data(), in), out}});
+        b.product(dx(in, g.d_trunk[i - 1].data(), online.trunk[i - 1].data()),
+                  {{rows_of(g.d_trunk[i].data(), out), columns_of(ctx.online.weight(i).data(), in), out}});
       }
       dw_trunk(i);
     }

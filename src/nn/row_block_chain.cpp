@@ -8,8 +8,7 @@
 namespace zs {
 
 RowBlockChain::RowBlockChain(const Network& net, const ParamBuffer& params, const Activations& acts, int rows,
-                             const ChainBuffers& buffers, int rows_per_block)
-    : rows_(rows_per_block) {
+                             const ChainBuffers& buffers, int rows_per_block) {
   const Config& c = net.config();
   require(rows_per_block == 16 || rows_per_block == 32, "RowBlockChain: ", rows_per_block,
           " rows a block; expected 16 or 32");
@@ -66,17 +65,7 @@ RowBlockChain::RowBlockChain(const Network& net, const ParamBuffer& params, cons
     shape.push_back({{c.trunk[below]}, {0}, false, {}});
     pass.layers.push_back({masked(params.weight(i).data(), acts.trunk[below].data(), buffers.d_trunk[below])});
   }
-  if (rows_per_block == 16)
-    r16_ = kernels::RowBlockMlpLaunch<ExecSpace, 16, 8, 4, 32, true>(widths, shape, {pass});
-  else
-    r32_ = kernels::RowBlockMlpLaunch<ExecSpace, 32, 8, 4, 32, true>(widths, shape, {pass});
-}
-
-void RowBlockChain::enqueue(const ExecSpace& exec, std::uint64_t* clocks) const {
-  if (rows_ == 16)
-    r16_(exec, clocks);
-  else
-    r32_(exec, clocks);
+  launch_ = kernels::RowBlockLaunchOfRows<ExecSpace, true>(rows_per_block, widths, shape, {pass});
 }
 
 }  // namespace zs

@@ -30,16 +30,14 @@ class RowBlockChain {
   RowBlockChain(const Network& net, const ParamBuffer& params, const Activations& acts, int rows,
                 const ChainBuffers& buffers, int rows_per_block = 32);
   // One launch; no allocation, no sync. clocks: RowBlockMlpLaunch's, when given.
-  void enqueue(const ExecSpace& exec, std::uint64_t* clocks = nullptr) const;
+  void enqueue(const ExecSpace& exec, std::uint64_t* clocks = nullptr) const { launch_(exec, clocks); }
 
-  int teams() const { return rows_ == 16 ? r16_.teams() : r32_.teams(); }
-  int layers() const { return rows_ == 16 ? r16_.layers() : r32_.layers(); }
-  std::size_t scratch_bytes() const { return rows_ == 16 ? r16_.scratch_bytes() : r32_.scratch_bytes(); }
+  int teams() const { return launch_.teams(); }
+  int layers() const { return launch_.layers(); }
+  std::size_t scratch_bytes() const { return launch_.scratch_bytes(); }
 
  private:
-  int rows_ = 32;
-  kernels::RowBlockMlpLaunch<ExecSpace, 16, 8, 4, 32, true> r16_;
-  kernels::RowBlockMlpLaunch<ExecSpace, 32, 8, 4, 32, true> r32_;
+  kernels::RowBlockLaunchOfRows<ExecSpace, true> launch_;
 };
 
 }  // namespace zs

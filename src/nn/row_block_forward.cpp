@@ -7,7 +7,7 @@
 
 namespace zs {
 
-RowBlockForward::RowBlockForward(const Network& net, const std::vector<ForwardPass>& passes, int rows) : rows_(rows) {
+RowBlockForward::RowBlockForward(const Network& net, const std::vector<ForwardPass>& passes, int rows) {
   const Config& c = net.config();
   require(rows == 16 || rows == 32, "RowBlockForward: ", rows, " rows a block; expected 16 or 32");
   require(!passes.empty(), "RowBlockForward: 0 passes given; expected at least 1");
@@ -65,17 +65,7 @@ RowBlockForward::RowBlockForward(const Network& net, const std::vector<ForwardPa
     q.layers.push_back(os);
     ps.push_back(q);
   }
-  if (rows == 16)
-    r16_ = kernels::RowBlockMlpLaunch<ExecSpace, 16>(c.state_dim, shape, ps);
-  else
-    r32_ = kernels::RowBlockMlpLaunch<ExecSpace, 32>(c.state_dim, shape, ps);
-}
-
-void RowBlockForward::enqueue(const ExecSpace& exec, std::uint64_t* clocks) const {
-  if (rows_ == 16)
-    r16_(exec, clocks);
-  else
-    r32_(exec, clocks);
+  launch_ = kernels::RowBlockLaunchOfRows<ExecSpace>(rows, {c.state_dim}, shape, ps);
 }
 
 }  // namespace zs

@@ -18,16 +18,14 @@ class RowBlockForward {
   // network (its input's extents, its rows in its activations).
   RowBlockForward(const Network& net, const std::vector<ForwardPass>& passes, int rows = 32);
   // One launch; no allocation, no sync. clocks: RowBlockMlpLaunch's, when given.
-  void enqueue(const ExecSpace& exec, std::uint64_t* clocks = nullptr) const;
+  void enqueue(const ExecSpace& exec, std::uint64_t* clocks = nullptr) const { launch_(exec, clocks); }
 
-  int teams() const { return rows_ == 16 ? r16_.teams() : r32_.teams(); }
-  int layers() const { return rows_ == 16 ? r16_.layers() : r32_.layers(); }
-  std::size_t scratch_bytes() const { return rows_ == 16 ? r16_.scratch_bytes() : r32_.scratch_bytes(); }
+  int teams() const { return launch_.teams(); }
+  int layers() const { return launch_.layers(); }
+  std::size_t scratch_bytes() const { return launch_.scratch_bytes(); }
 
  private:
-  int rows_ = 32;
-  kernels::RowBlockMlpLaunch<ExecSpace, 16> r16_;
-  kernels::RowBlockMlpLaunch<ExecSpace, 32> r32_;
+  kernels::RowBlockLaunchOfRows<ExecSpace> launch_;
 };
 
 }  // namespace zs
