@@ -265,6 +265,10 @@ TYPED_TEST(RowBlockSegments, BadSegmentsAreRefusedWithMessagesNamingThem) {
   p.inputs.clear();
   p.input = nullptr;
   EXPECT_TRUE(contains(refused({11, 22, 33}, net.shape, p), "pass 1 has no input; expected one"));
+  // One input where pass 0 sums two sources into its first segment.
+  p.input = net.pass().inputs[0][0].p;
+  EXPECT_TRUE(contains(refused({11, 22, 33}, net.shape, p),
+                       "pass 1 has one input for 3 input segments of 2 sources (as pass 0); expected its sources"));
   p = net.pass();
   p.layers[0][1].mask_ld = 3;
   EXPECT_TRUE(contains(refused({11, 22, 33}, net.shape, p), "pass 1 layer 0 segment 1 has mask_ld 3; expected >= its width 20"));

@@ -540,8 +540,9 @@ class RowBlockMlpLaunch {
       require(x.rows >= 1, who, ": pass ", p, " has an input of ", x.rows, " rows; expected an input of >= 1 row");
       if (x.inputs.empty()) {
         require(x.input != nullptr, who, ": pass ", p, " has no input; expected one");
-        require(inputs.size() == 1, who, ": pass ", p, " has one input for ", inputs.size(),
-                " input segments; expected its sources for each (RowBlockPass::inputs)");
+        require(inputs.size() == 1 && inputs[0].sources == 1, who, ": pass ", p, " has one input for ", inputs.size(),
+                " input segments of ", inputs[0].sources, " sources (as pass 0); expected its sources for each ",
+                "(RowBlockPass::inputs)");
         source_table.push_back({x.input, input_widths[0]});
       } else {
         require(x.inputs.size() == inputs.size(), who, ": pass ", p, " has sources for ", x.inputs.size(),
