@@ -24,6 +24,7 @@
 #include "losses/c51.hpp"
 #include "network_reference.hpp"
 #include "nn/fused_forward.hpp"
+#include "nn/row_block_chain.hpp"
 #include "nn/row_block_forward.hpp"
 #include "same_batches.hpp"
 #include "test_util.hpp"
@@ -246,6 +247,42 @@ TEST(RowBlockForward, RefusesBadPassesNamingTheValue) {
   EXPECT_NE(make({{&online, none, &acts, 0}}, 16).find("pass 0 input is [0, "), std::string::npos);
   const std::string r = make({{&online, s, &acts, 1}}, 16);
   EXPECT_NE(r.find("writes rows 1..6 of activations with 5 rows"), std::string::npos) << r;
+}
+
+TEST(RowBlockChain, RefusesBuffersThatDoNotFitTheNetworkNamingThem) {
+  const auto c = zs::Config::from_json(odd_net(3));
+  const zs::ParamLayout layout(c);
+  const zs::Network net(c, layout);
+  zs::ParamBuffer online(layout, "online");
+  const int B = 6, K = static_cast<int>(c.branches.size());
+  zs::Activations acts(c, 2 * B);
+  zs::Gradients g(c, B);
+  zs::DeviceFloats d_out("d_out", std::size_t(B) * c.total_actions() * c.atoms * 2),
+      dz("dz", std::size_t(K + 1) * B * c.head_hidden);
+  zs::ChainBuffers good;
+  for (int h = 0; h <= K; ++h) good.d_out.push_back({{d_out.data(), net.head_width(h)}});
+  good.dz_hidden = dz.data();
+  for (auto& d : g.d_trunk) good.d_trunk.push_back(d.data());
+  using zs::test::error_of;
+  auto make = [&](int rows, const zs::ChainBuffers& b, int block) {
+    return error_of([&] { const zs::RowBlockChain chain(net, online, acts, rows, b, block); });
+  };
+  EXPECT_EQ(make(B, good, 32), "");
+  EXPECT_EQ(make(B, good, 16), "");
+  EXPECT_NE(make(B, good, 8).find("8 rows a block; expected 16 or 32"), std::string::npos);
+  EXPECT_NE(make(2 * B + 1, good, 32).find("13 rows of activations with 12; expected 1 to 12"), std::string::npos);
+  zs::ChainBuffers fewer = good;
+  fewer.d_out.pop_back();
+  const std::string heads = make(B, fewer, 32);
+  EXPECT_NE(heads.find("output gradients for " + std::to_string(K) + " heads; expected " + std::to_string(K + 1)),
+            std::string::npos)
+      << heads;
+  zs::ChainBuffers no_trunk = good;
+  no_trunk.d_trunk.back() = nullptr;
+  EXPECT_NE(make(B, no_trunk, 32).find("no gradient buffer for trunk layer"), std::string::npos);
+  zs::ChainBuffers narrow = good;
+  narrow.d_out[1][0].ld = 1;
+  EXPECT_NE(make(B, narrow, 32).find("input segment 1 has a source with ld 1"), std::string::npos);
 }
 
 TEST(FusedForward, ReplaysFromAGraphBitForBitAndTilesOfSeveralRowsChangeNothing) {
