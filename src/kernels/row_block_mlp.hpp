@@ -162,12 +162,12 @@ struct RowBlockMlp {
     int seg = 0, part = 0, source = 0;
   };
 
-  // Where a warp's weight loads are: layer l, column group g of the layer, part j of its segment,
+  // Where a warp's weight loads are: layer l, column group g of the layer, a part of its segment,
   // k-step s of the part (the cached fields: that segment and part).
   struct Cursor {
-    int l = 0, g = 0, j = 0, s = 0;
+    int l = 0, g = 0, s = 0;
     int n = 0, k = 0, steps = 0, first = 0, vec = 0;  // first: the segment's first group
-    int part = 0, parts = 0;                          // the part's index among the pass's; the segment's count
+    int part = 0, part_end = 0;                       // the part's index among the pass's; past the segment's last
     const float* w = nullptr;
   };
 
@@ -195,9 +195,8 @@ struct RowBlockMlp {
     const row_block_detail::SegmentShape& sh = shapes(segment_of(layers(c.l), c.g));
     c.n = sh.n;
     c.first = sh.group0;
-    c.j = 0;
-    c.parts = sh.parts;
     c.part = sh.part0;
+    c.part_end = sh.part0 + sh.parts;
     enter_part(c, at);
   }
   KOKKOS_INLINE_FUNCTION void enter_part(Cursor& c, const Bases& at) const {
@@ -211,10 +210,7 @@ struct RowBlockMlp {
     if (c.w == nullptr) return;  // past the warp's last load: it stays there
     if (++c.s < c.steps) return;
     c.s = 0;
-    if (++c.j < c.parts) {
-      ++c.part;
-      return enter_part(c, at);
-    }
+    if (++c.part < c.part_end) return enter_part(c, at);
     c.g += Warps;
     if (c.g < layers(c.l).groups) return locate(c, at);
     ++c.l;
@@ -241,7 +237,7 @@ struct RowBlockMlp {
     const int block = team.league_rank();
     const int p = fused_detail::pass_index(passes, block);
     const fused_detail::PassEntry pass = passes(p);
-    const Bases at{p * static_cast<int>(shapes.extent(0)), p * pass_parts, p * pass_sources};
+    const Bases at{pass.layer0, p * pass_parts, p * pass_sources};
     const int r0 = (block - pass.tile0) * Rows;
     const int live = pass.rows - r0 < Rows ? pass.rows - r0 : Rows;
     float* const base = align16(team.team_scratch(0).get_shmem(scratch_bytes(ld, bias_floats)));
@@ -408,9 +404,6 @@ class RowBlockMlpLaunch {
                     const std::vector<RowBlockPass>& passes) {
     build(input_widths, shape, passes);
   }
-  RowBlockMlpLaunch(int input_width, const std::vector<RowBlockLayerShape>& shape, const std::vector<RowBlockPass>& passes) {
-    build({input_width}, shape, passes);
-  }
 
   // A plain stack (FusedMlpLaunch's interface): widths: the input width, then each layer's
   // output width; last: the last layer's activation (ReLU between the others).
@@ -561,7 +554,7 @@ class RowBlockMlpLaunch {
       }
       require(static_cast<int>(x.layers.size()) == n_layers_, who, ": pass ", p, " has ", x.layers.size(),
               " layers; expected ", n_layers_);
-      entries.push_back({x.inputs.empty() ? x.input : x.inputs[0][0].p, x.rows, static_cast<int>(table.size()), teams_});
+      entries.push_back({nullptr, x.rows, static_cast<int>(table.size()), teams_});  // its input: in `sources`
       for (int l = 0; l < n_layers_; ++l) {
         const auto& segs = x.layers[static_cast<std::size_t>(l)];
         require(segs.size() == shape[static_cast<std::size_t>(l)].n.size(), who, ": pass ", p, " layer ", l, " has ",
@@ -620,14 +613,14 @@ template <class Exec, bool Trans = false>
 class RowBlockLaunchOfRows {
  public:
   RowBlockLaunchOfRows() = default;
-  // rows: 16 or 32 (the caller has checked it and named itself in the error).
-  RowBlockLaunchOfRows(int rows, const std::vector<int>& input_widths, const std::vector<RowBlockLayerShape>& shape,
-                       const std::vector<RowBlockPass>& passes)
-      : rows_(rows) {
+  // rows: 16 or 32 (the caller has checked it and named itself in the error); args: those of a
+  // RowBlockMlpLaunch constructor.
+  template <class... Args>
+  explicit RowBlockLaunchOfRows(int rows, const Args&... args) : rows_(rows) {
     if (rows == 16)
-      r16_ = Rows16(input_widths, shape, passes);
+      r16_ = Rows16(args...);
     else
-      r32_ = Rows32(input_widths, shape, passes);
+      r32_ = Rows32(args...);
   }
   void operator()(const Exec& exec, std::uint64_t* clocks = nullptr) const {
     if (rows_ == 16)
@@ -635,6 +628,7 @@ class RowBlockLaunchOfRows {
     else
       r32_(exec, clocks);
   }
+  int rows_per_team() const { return rows_; }
   int teams() const { return rows_ == 16 ? r16_.teams() : r32_.teams(); }
   int layers() const { return rows_ == 16 ? r16_.layers() : r32_.layers(); }
   std::size_t scratch_bytes() const { return rows_ == 16 ? r16_.scratch_bytes() : r32_.scratch_bytes(); }

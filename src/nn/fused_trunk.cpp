@@ -69,10 +69,9 @@ FusedTrunk::FusedTrunk(const Network& net, const std::vector<FusedTrunkPass>& pa
       serial_ = kernels::FusedMlpLaunch<ExecSpace>(widths, k, kernels::FusedAct::relu, opt);
       break;
     case TrunkKernel::row_blocks_16:
-      rows16_ = kernels::RowBlockMlpLaunch<ExecSpace, 16>(widths, k, kernels::FusedAct::relu);
-      break;
     case TrunkKernel::row_blocks_32:
-      rows32_ = kernels::RowBlockMlpLaunch<ExecSpace, 32>(widths, k, kernels::FusedAct::relu);
+      rows_ = kernels::RowBlockLaunchOfRows<ExecSpace>(kernel == TrunkKernel::row_blocks_16 ? 16 : 32, widths, k,
+                                                       kernels::FusedAct::relu);
       break;
   }
 }

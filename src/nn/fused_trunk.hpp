@@ -51,17 +51,12 @@ class FusedTrunk {
   // f(the launch of kernel_).
   template <class F>
   decltype(auto) with_launch(F&& f) const {
-    switch (kernel_) {
-      case TrunkKernel::row_blocks_16: return f(rows16_);
-      case TrunkKernel::row_blocks_32: return f(rows32_);
-      default: return f(serial_);
-    }
+    return kernel_ == TrunkKernel::serial_tiles ? f(serial_) : f(rows_);
   }
 
   TrunkKernel kernel_;
   kernels::FusedMlpLaunch<ExecSpace> serial_;
-  kernels::RowBlockMlpLaunch<ExecSpace, 16> rows16_;
-  kernels::RowBlockMlpLaunch<ExecSpace, 32> rows32_;
+  kernels::RowBlockLaunchOfRows<ExecSpace> rows_;
 };
 
 }  // namespace zs

@@ -65,7 +65,8 @@ RowBlockChain::RowBlockChain(const Network& net, const ParamBuffer& params, cons
     shape.push_back({{c.trunk[below]}, {0}, false, {}});
     pass.layers.push_back({masked(params.weight(i).data(), acts.trunk[below].data(), buffers.d_trunk[below])});
   }
-  launch_ = kernels::RowBlockLaunchOfRows<ExecSpace, true>(rows_per_block, widths, shape, {pass});
+  launch_ = kernels::RowBlockLaunchOfRows<ExecSpace, true>(rows_per_block, widths, shape,
+                                                            std::vector<kernels::RowBlockPass>{pass});
 }
 
 }  // namespace zs

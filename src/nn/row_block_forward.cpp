@@ -65,7 +65,7 @@ RowBlockForward::RowBlockForward(const Network& net, const std::vector<ForwardPa
     q.layers.push_back(os);
     ps.push_back(q);
   }
-  launch_ = kernels::RowBlockLaunchOfRows<ExecSpace>(rows, {c.state_dim}, shape, ps);
+  launch_ = kernels::RowBlockLaunchOfRows<ExecSpace>(rows, std::vector<int>{c.state_dim}, shape, ps);
 }
 
 }  // namespace zs
