@@ -11,9 +11,9 @@
 
 namespace {
 
-// Args: env (0 cartpole, 1 market), envs, train (1: an update every iteration; 0: acting only),
-// fact (1: the actors on the fused forward, LoopOptions::fused_acting; 0: the launch plans).
-void BM_TrainIteration(benchmark::State& state) {
+// One loop iteration with the actors' forward as `options` say. Args: env (0 cartpole, 1 market),
+// envs, train (1: an update every iteration; 0: acting only), then the benchmark's own.
+void train_iteration(benchmark::State& state, const zs::LoopOptions& options) {
   const bool market = state.range(0) == 1;
   zs::TrainConfig c = zs::TrainConfig::defaults_for(market ? "market" : "cartpole");
   c.envs = static_cast<int>(state.range(1));
@@ -22,11 +22,14 @@ void BM_TrainIteration(benchmark::State& state) {
   c.eval_every = 0;
   c.stop_when_solved = false;
   c.steps = std::int64_t{1} << 50;  // the config accepts at most 2^50
-  zs::LoopOptions options;
-  options.fused_acting = state.range(3) != 0;
   zs::TrainLoop loop(c, nullptr, options);
   if (options.fused_acting && !loop.actor().fused()) {
     state.SkipWithError(("the fused forward is off: " + loop.actor().fused_off_reason()).c_str());
+    return;
+  }
+  loop.iterate();  // the actor makes its plan (and keeps the row blocks or not) on its first call
+  if (options.row_block_acting != 0 && loop.actor().row_blocks() == 0) {
+    state.SkipWithError(("the row blocks are off: " + loop.actor().row_block_off_reason()).c_str());
     return;
   }
   // Enough transitions that a batch draws from a filled buffer.
@@ -37,6 +40,31 @@ void BM_TrainIteration(benchmark::State& state) {
   state.counters["train_steps_per_s"] = state.range(2) ? 1e6 / us : 0.0;
   state.SetLabel(market ? "market" : "cartpole");
 }
+// fact (1: the actors on the fused forward, LoopOptions::fused_acting; 0: the launch plans).
+void BM_TrainIteration(benchmark::State& state) {
+  zs::LoopOptions options;
+  options.fused_acting = state.range(3) != 0;
+  train_iteration(state, options);
+}
+
+// The collect as two launches: the row-block forward, then one team for the rest
+// (LoopOptions::row_block_acting); rows: 16 or 32 a block.
+void BM_TrainIterationRowBlocks(benchmark::State& state) {
+  zs::LoopOptions options;
+  options.fused_acting = false;
+  options.row_block_acting = static_cast<int>(state.range(3));
+  train_iteration(state, options);
+}
+BENCHMARK(BM_TrainIterationRowBlocks)
+    ->ArgNames({"market", "envs", "train", "rows"})
+    ->Args({0, 8, 1, 16})
+    ->Args({0, 8, 0, 16})
+    ->Args({0, 8, 1, 32})
+    ->Args({1, 64, 1, 16})
+    ->Args({1, 64, 0, 16})
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
+
 BENCHMARK(BM_TrainIteration)
     ->ArgNames({"market", "envs", "train", "fact"})
     ->Args({0, 8, 1, 0})

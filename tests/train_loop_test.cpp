@@ -114,6 +114,20 @@ std::vector<float> flat_params(const zs::Trainer& t) {
   return {h.data(), h.data() + h.size()};
 }
 
+// The Q two loops' actors acted on last agree to a forward's rounding (TF32 products on CUDA).
+void expect_same_q(const zs::TrainLoop& a, const zs::TrainLoop& b) {
+  const auto qa = zs::test::to_host(a.actor().q()), qb = zs::test::to_host(b.actor().q());
+  ASSERT_EQ(qa.size(), qb.size());
+  const bool tf32 = zs::WarpTile<zs::ExecSpace>::kRoundsToTf32;
+  double worst = 0, largest = 0;
+  for (std::size_t i = 0; i < qb.size(); ++i) {
+    worst = std::max(worst, std::abs(double(qa[i]) - qb[i]));
+    largest = std::max(largest, std::abs(double(qb[i])));
+  }
+  EXPECT_GT(largest, 0.0);
+  EXPECT_LT(worst, (tf32 ? 3e-3 : 1e-5) * std::max(1.0, largest));
+}
+
 TEST(TrainLoop, ResumedRunContinuesExactlyLikeAnUninterruptedOne) {
   const auto seed = fresh_seed();
   SCOPED_TRACE(seed);
@@ -245,16 +259,7 @@ TEST(TrainLoop, FusedActingActsLikeThePlansAndTrains) {
   without.iterate();
   with.synchronize();
   without.synchronize();
-  const auto qf = zs::test::to_host(with.actor().q()), qp = zs::test::to_host(without.actor().q());
-  ASSERT_EQ(qf.size(), qp.size());
-  const bool tf32 = zs::WarpTile<zs::ExecSpace>::kRoundsToTf32;
-  double worst = 0, largest = 0;
-  for (std::size_t i = 0; i < qp.size(); ++i) {
-    worst = std::max(worst, std::abs(double(qf[i]) - qp[i]));
-    largest = std::max(largest, std::abs(double(qp[i])));
-  }
-  EXPECT_GT(largest, 0.0);
-  EXPECT_LT(worst, (tf32 ? 3e-3 : 1e-5) * std::max(1.0, largest));
+  expect_same_q(with, without);
   const auto before = flat_params(with.trainer());
   while (with.updates() < 50) with.iterate();
   with.enqueue_eval();
@@ -271,6 +276,98 @@ TEST(TrainLoop, FusedActingActsLikeThePlansAndTrains) {
   zs::TrainLoop over(c, nullptr, fused);
   EXPECT_FALSE(over.actor().fused());
   EXPECT_FALSE(over.eval_actor().fused());  // its 8 evaluation episodes are over the limit too
+}
+
+// The collect as two launches (the row-block forward, then one team for the schedules, the
+// dueling head, Q, ε-greedy, the environments' step and the replay insert) against the separate
+// launches. With ε = 1 every action is the RNG's, whatever Q is, so the two loops must keep the
+// same bits in every tensor of a checkpoint (environments, replay and its sum-tree, counters,
+// parameters and optimizer after training steps), and the Q they acted on agree to the forward's
+// rounding. Evaluation (greedy, so near-ties could part them) is checked to run, not compared.
+TEST(TrainLoop, RowBlockCollectKeepsEveryBitOfTheSeparateLaunches) {
+  const auto seed = fresh_seed();
+  SCOPED_TRACE(testing::Message() << "seed " << seed);
+  zs::TrainConfig c = small_cartpole(seed);
+  c.epsilon = {1.f, 1.f, 0};
+  c.learning_starts = 40;
+  for (const int rows : {16, 32}) {
+    SCOPED_TRACE(testing::Message() << rows << " rows a block");
+    zs::LoopOptions rb, plain;
+    rb.fused_acting = plain.fused_acting = false;
+    rb.row_block_acting = rows;
+    zs::TrainLoop with(c, nullptr, rb), without(c, nullptr, plain);
+    ASSERT_EQ(with.actor().row_blocks(), rows) << with.actor().row_block_off_reason();
+    EXPECT_EQ(with.eval_actor().row_blocks(), rows) << with.eval_actor().row_block_off_reason();
+    EXPECT_EQ(without.actor().row_blocks(), 0);
+    for (int i = 0; i < 60; ++i) {
+      with.iterate();
+      without.iterate();
+    }
+    with.synchronize();
+    without.synchronize();
+    EXPECT_GT(with.updates(), 0);
+    expect_same_q(with, without);
+
+    const std::string pa = zs::test::temp_path("rb-a.safetensors"), pb = zs::test::temp_path("rb-b.safetensors");
+    with.save(pa);
+    without.save(pb);
+    const zs::safetensors::File fa = zs::safetensors::read(pa), fb = zs::safetensors::read(pb);
+    ASSERT_EQ(fa.tensors.size(), fb.tensors.size());
+    int compared = 0;
+    for (const auto& [name, t] : fa.tensors) {
+      const auto it = fb.tensors.find(name);
+      ASSERT_NE(it, fb.tensors.end()) << name;
+      EXPECT_EQ(t.shape, it->second.shape) << name;
+      EXPECT_TRUE(t.bytes == it->second.bytes) << "tensor " << name << " differs";
+      ++compared;
+    }
+    EXPECT_GT(compared, 20);
+    std::filesystem::remove(pa);
+    std::filesystem::remove(pb);
+
+    with.enqueue_eval();
+    with.synchronize();
+    const auto e = with.poll_eval();
+    ASSERT_TRUE(e.has_value());
+    EXPECT_EQ(e->episodes, c.eval_episodes);
+  }
+}
+
+// The row blocks with the schedule's ε: the loop trains (the parameters move, no NaN), and an
+// actor that cannot run them says why and acts as before.
+TEST(TrainLoop, RowBlockCollectTrainsAndSaysWhyWhereItCannot) {
+  const auto seed = fresh_seed();
+  SCOPED_TRACE(testing::Message() << "seed " << seed);
+  zs::TrainConfig c = small_cartpole(seed);
+  c.learning_starts = 40;
+  zs::LoopOptions rb;
+  rb.row_block_acting = 16;
+  zs::TrainLoop loop(c, nullptr, rb);
+  ASSERT_EQ(loop.actor().row_blocks(), 16) << loop.actor().row_block_off_reason();
+  const auto before = flat_params(loop.trainer());
+  while (loop.updates() < 30) loop.iterate();
+  loop.synchronize();
+  EXPECT_NE(flat_params(loop.trainer()), before);
+  const auto m = loop.trainer().metrics();
+  ASSERT_TRUE(m.has_value());
+  EXPECT_FALSE(m->halt_nan);
+  rb.row_block_acting = 20;
+  try {
+    zs::TrainLoop bad(c, nullptr, rb);
+    ADD_FAILURE() << "row_block_acting = 20 was taken";
+  } catch (const zs::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("row_block_rows = 20"), std::string::npos) << e.what();
+  }
+  // FP32 products: the fused kernels round to TF32 on CUDA, so there the actor says why.
+  if (zs::WarpTile<zs::ExecSpace>::kRoundsToTf32) {
+    c.network.precision = zs::Precision::fp32;
+    rb.row_block_acting = 16;
+    zs::TrainLoop fp32(c, nullptr, rb);
+    EXPECT_EQ(fp32.actor().row_blocks(), 0);
+    EXPECT_FALSE(fp32.actor().row_block_off_reason().empty());
+    fp32.iterate();
+    fp32.synchronize();
+  }
 }
 
 TEST(TrainLoop, ShortCartpoleRunClearlyImprovesTheGreedyReturn) {

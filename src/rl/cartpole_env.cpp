@@ -20,4 +20,12 @@ void CartPoleEnv::step(const ExecSpace& exec, const EnvActions& actions) {
                          stats(), counter_, p_, seed_);
 }
 
+void CartPoleEnv::step_in_tail(const ExecSpace& exec, const kernels::CollectStages<ExecSpace>& s) {
+  check_tail_actions(s, "cartpole step_in_tail");
+  kernels::launch_collect_tail(exec, s,
+                               kernels::CartPoleStep<ExecSpace>{state_, obs, next_obs, s.greedy.actions, stats(),
+                                                                counter_, p_, seed_},
+                               size(), counter_);
+}
+
 }  // namespace zs

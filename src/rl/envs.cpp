@@ -53,6 +53,12 @@ kernels::EnvStats<MemSpace> VecEnv::stats() const {
           episode_length, episodes_done, first_return, last_return};
 }
 
+void VecEnv::check_tail_actions(const kernels::CollectStages<ExecSpace>& s, const char* who) const {
+  const auto& a = s.greedy.actions;
+  require(a.extent(0) == static_cast<std::size_t>(n_) && a.extent(1) == branches_.size(), who, ": actions are [",
+          a.extent(0), ", ", a.extent(1), "]; expected [", n_, ", ", branches_.size(), "] (N x branches)");
+}
+
 void VecEnv::save_state(safetensors::File& f, const std::string& prefix) const {
   const std::int64_t N = n_, D = obs_dim_, S = static_cast<std::int64_t>(state_.extent(1));
   using safetensors::Tensor;

@@ -11,6 +11,7 @@
 
 #include "backends/backend.hpp"
 #include "kernels/cartpole.hpp"
+#include "kernels/collect_tail.hpp"
 #include "kernels/market.hpp"
 #include "kernels/vec_env.hpp"
 #include "core/safetensors.hpp"
@@ -53,6 +54,11 @@ class VecEnv {
   // Enqueue on exec: one step of all N envs; ended episodes auto-reset (obs = fresh start,
   // next_obs keeps the final observation). Throws zs::Error if actions is not [N, branches].
   virtual void step(const ExecSpace& exec, const EnvActions& actions) = 0;
+  // Enqueue on exec: `stages` (acting, and the loop's copy and replay insert where given) around
+  // one step of all N envs on the actions stages.greedy picks, as one launch
+  // (kernels/collect_tail.hpp). The step is step()'s, bit for bit. Throws zs::Error if those
+  // actions are not [N, branches].
+  virtual void step_in_tail(const ExecSpace& exec, const kernels::CollectStages<ExecSpace>& stages) = 0;
   // Blocking (fences): every device value needed to continue exactly, as tensors prefix + "...",
   // and the env's name and params in the metadata.
   virtual void save_state(safetensors::File& f, const std::string& prefix) const;
@@ -64,6 +70,8 @@ class VecEnv {
   VecEnv(int n, int obs_dim, std::vector<int> branches, int max_episode_steps, int state_dim,
          std::uint64_t seed, nlohmann::json params);
   kernels::EnvStats<MemSpace> stats() const;
+  // The actions stages.greedy writes, checked to be [N, branches] (who: the caller's name).
+  void check_tail_actions(const kernels::CollectStages<ExecSpace>& stages, const char* who) const;
 
   Kokkos::View<double**, Kokkos::LayoutRight, MemSpace> state_;  // [N, state_dim], env-specific
   Kokkos::View<std::uint64_t, MemSpace> counter_;
@@ -81,6 +89,7 @@ class CartPoleEnv final : public VecEnv {
   const char* name() const override { return "cartpole"; }
   void reset(const ExecSpace& exec) override;
   void step(const ExecSpace& exec, const EnvActions& actions) override;
+  void step_in_tail(const ExecSpace& exec, const kernels::CollectStages<ExecSpace>& stages) override;
   const kernels::CartPoleParams& params() const { return p_; }
 
  private:
@@ -93,6 +102,7 @@ class MarketEnv final : public VecEnv {
   const char* name() const override { return "market"; }
   void reset(const ExecSpace& exec) override;
   void step(const ExecSpace& exec, const EnvActions& actions) override;
+  void step_in_tail(const ExecSpace& exec, const kernels::CollectStages<ExecSpace>& stages) override;
   const kernels::MarketParams& params() const { return p_; }
 
   // The order each env executed on the last step as a factored action (exposure·9 +

@@ -28,4 +28,11 @@ void MarketEnv::step(const ExecSpace& exec, const EnvActions& actions) {
                        counter_, p_, seed_);
 }
 
+void MarketEnv::step_in_tail(const ExecSpace& exec, const kernels::CollectStages<ExecSpace>& s) {
+  check_tail_actions(s, "market step_in_tail");
+  using K = kernels::MarketKernel<ExecSpace>;
+  kernels::launch_collect_tail(exec, s, kernels::WithTag<K, typename K::StepTag>{K{views(), s.greedy.actions, p_, seed_}},
+                               size(), counter_);
+}
+
 }  // namespace zs

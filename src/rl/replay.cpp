@@ -77,6 +77,14 @@ void Replay::insert(const ExecSpace& exec, Kokkos::View<const float**, Kokkos::L
                     Kokkos::View<const float*, MemSpace> reward,
                     Kokkos::View<const float**, Kokkos::LayoutRight, MemSpace> next_obs,
                     Kokkos::View<const float*, MemSpace> terminated, Kokkos::View<const float*, MemSpace> truncated) {
+  kernels::replay_insert(exec, insert_stage(obs, actions, reward, next_obs, terminated, truncated));
+}
+
+kernels::ReplayInsertData<ExecSpace> Replay::insert_stage(
+    Kokkos::View<const float**, Kokkos::LayoutRight, MemSpace> obs,
+    Kokkos::View<const std::int32_t**, Kokkos::LayoutRight, MemSpace> actions, Kokkos::View<const float*, MemSpace> reward,
+    Kokkos::View<const float**, Kokkos::LayoutRight, MemSpace> next_obs, Kokkos::View<const float*, MemSpace> terminated,
+    Kokkos::View<const float*, MemSpace> truncated) const {
   const std::size_t N = n_envs_, S = obs_dim_, K = branches_;
   auto shape2 = [&](const char* name, std::size_t r, std::size_t c, std::size_t er, std::size_t ec) {
     require(r == er && c == ec, "Replay::insert: ", name, " is [", r, ", ", c, "]; expected [", er, ", ", ec, "]");
@@ -90,8 +98,7 @@ void Replay::insert(const ExecSpace& exec, Kokkos::View<const float**, Kokkos::L
   shape1("reward", reward.extent(0));
   shape1("terminated", terminated.extent(0));
   shape1("truncated", truncated.extent(0));
-  kernels::replay_insert(exec, kernels::ReplayInsertData<ExecSpace>{st_, obs, next_obs, actions, reward, terminated,
-                                                                    truncated});
+  return kernels::ReplayInsertData<ExecSpace>{st_, obs, next_obs, actions, reward, terminated, truncated};
 }
 
 void Replay::sample(const ExecSpace& exec, DeviceBatch& batch, Kokkos::View<const float, MemSpace> beta) {

@@ -36,6 +36,13 @@ class Replay {
               Kokkos::View<const float*, MemSpace> reward,
               Kokkos::View<const float**, Kokkos::LayoutRight, MemSpace> next_obs,
               Kokkos::View<const float*, MemSpace> terminated, Kokkos::View<const float*, MemSpace> truncated);
+  // insert()'s kernels as a stage of another launch (kernels/collect_tail.hpp): the same checks,
+  // nothing enqueued.
+  kernels::ReplayInsertData<ExecSpace> insert_stage(
+      Kokkos::View<const float**, Kokkos::LayoutRight, MemSpace> obs,
+      Kokkos::View<const std::int32_t**, Kokkos::LayoutRight, MemSpace> actions,
+      Kokkos::View<const float*, MemSpace> reward, Kokkos::View<const float**, Kokkos::LayoutRight, MemSpace> next_obs,
+      Kokkos::View<const float*, MemSpace> terminated, Kokkos::View<const float*, MemSpace> truncated) const;
 
   // Enqueue: draw batch.size entries (stratified proportional) and write the batch; weights
   // (M·P(i))^−β / max over the batch, β read from the device. The first call with a batch size

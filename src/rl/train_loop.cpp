@@ -90,10 +90,11 @@ TrainLoop::TrainLoop(const TrainConfig& config, ProcessGroup* group, const LoopO
     return options.fused_acting && rows <= options.fused_acting_max_rows ? &fused : nullptr;
   };
   actor_ = std::make_unique<Actor>(net, trainer_->layout(), trainer_->stream(), config_.envs,
-                                   kernels::ActingRng{seed, 1}, fused_for(config_.envs));
+                                   kernels::ActingRng{seed, 1}, fused_for(config_.envs), options.row_block_acting);
   if (group_->size() > 1) replica_ = std::make_unique<ReplicaCheck>(*trainer_, *group_, kReplicaCheckEvery);
   eval_actor_ = std::make_unique<Actor>(net, trainer_->layout(), trainer_->stream(), config_.eval_episodes,
-                                        kernels::ActingRng{config_.seed, 2}, fused_for(config_.eval_episodes));
+                                        kernels::ActingRng{config_.seed, 2}, fused_for(config_.eval_episodes),
+                                        options.row_block_acting);
   eval_params_ = std::make_unique<ParamBuffer>(trainer_->layout(), "zs::eval_params");
   acted_obs_ = decltype(acted_obs_)("zs::loop::acted_obs", config_.envs, env_->obs_dim());
   counters_ = decltype(counters_)("zs::loop::counters", 1);
@@ -115,6 +116,22 @@ void TrainLoop::enqueue_collect() {
                                                 ramp(config_.epsilon, config_.steps),
                                                 ramp(config_.beta, config_.steps),
                                                 ramp(config_.alpha, config_.steps)};
+  actor_->prepare(trainer_->online(), env_->obs);
+  if (actor_->row_blocks() != 0) {  // the forward, then the rest as one launch
+    actor_->forward(trainer_->online(), env_->obs);
+    kernels::CollectStages<ExecSpace> s = actor_->acting_stages(epsilon_);
+    s.has_schedules = 1;
+    s.schedules = {counters_, schedules, config_.envs};
+    s.copy_obs = {Kokkos::View<const float*, MemSpace>(env_->obs.data(), env_->obs.size()),
+                  Kokkos::View<float*, MemSpace>(acted_obs_.data(), acted_obs_.size())};
+    s.copy_count = static_cast<std::int64_t>(acted_obs_.size());
+    s.insert = replay_->insert_stage(acted_obs_, actor_->actions(), env_->reward, env_->next_obs, env_->terminated,
+                                     env_->truncated);
+    s.insert_count = static_cast<std::int64_t>(config_.envs) * env_->obs_dim();
+    env_->step_in_tail(exec, s);
+    return;
+  }
+  // The schedules first, as in the tail; the forward reads none of them.
   kernels::advance_schedules<ExecSpace>(exec, counters_, schedules, config_.envs);
   actor_->act(trainer_->online(), env_->obs, epsilon_);
   kernels::copy_flat<ExecSpace, float>(
@@ -143,6 +160,12 @@ void TrainLoop::iterate() {
 }
 
 void TrainLoop::enqueue_eval_step() {
+  eval_actor_->prepare(*eval_params_, eval_env_->obs);
+  if (eval_actor_->row_blocks() != 0) {
+    eval_actor_->forward(*eval_params_, eval_env_->obs);
+    eval_env_->step_in_tail(trainer_->stream().exec(), eval_actor_->acting_stages(greedy_));
+    return;
+  }
   eval_actor_->act(*eval_params_, eval_env_->obs, greedy_);
   eval_env_->step(trainer_->stream().exec(), eval_actor_->actions());
 }
