@@ -1,5 +1,5 @@
-// The device sum-tree against host references: totals after many random batched updates
-// (duplicates, NaN, Inf, negative indices), descent against prefix sums, the u ≥ total edge.
+// The device sum-tree against host references: its shape, totals after many random batched
+// updates (duplicates, NaN, Inf, negative indices), descent against prefix sums, the u ≥ total edge.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -36,16 +36,39 @@ void host_assign(std::vector<double>& leaves, const std::vector<std::int64_t>& i
 
 }  // namespace
 
+TEST(SumTree, ShapeHasSixteenChildrenANodeAndLevelsOnWholeGroups) {
+  for (std::int64_t n : std::vector<std::int64_t>{1, 2, 16, 17, 256, 257, 50000, 65536, 65537, std::int64_t{1} << 28}) {
+    SCOPED_TRACE(testing::Message() << "leaves " << n);
+    const zs::kernels::SumTreeShape s = zs::kernels::sum_tree_shape(n);
+    int depth = 1;
+    for (std::int64_t span = 16; span < n; span *= 16) ++depth;
+    EXPECT_EQ(s.depth, depth);
+    EXPECT_EQ(s.leaves(), n);
+    EXPECT_EQ(s.nodes[0], 1);
+    EXPECT_EQ(s.offset[0], 1);
+    for (int d = 1; d <= s.depth; ++d) {
+      EXPECT_EQ(s.offset[d] % 16, 0) << "level " << d << " starts off a 16-entry boundary";
+      EXPECT_EQ(s.nodes[d - 1], (s.nodes[d] + 15) / 16) << "level " << d;
+      if (d < s.depth) EXPECT_GE(s.offset[d + 1], s.offset[d] + s.nodes[d]) << "level " << d << " overlaps the next";
+    }
+    EXPECT_EQ(s.size(), s.leaf0() + (n + 15) / 16 * 16);
+    EXPECT_LT(s.size(), n + n / 8 + 64) << "the padding should stay small";
+  }
+  EXPECT_NE(zs::test::error_of([] { zs::kernels::sum_tree_shape(0); }).find("0 leaves; expected at least 1"),
+            std::string::npos);
+  EXPECT_NE(zs::test::error_of([] { zs::kernels::sum_tree_shape((std::int64_t{1} << 32) + 1); }).find("levels"),
+            std::string::npos);
+}
+
 TEST(SumTree, TotalsMatchHostAfterManyRandomBatchedUpdates) {
   zs::Stream stream;
   for (std::int64_t n : {1, 2, 3, 31, 1000, 65537}) {
     const auto seed = zs::test::fresh_seed();
     SCOPED_TRACE(testing::Message() << "leaves " << n << ", seed " << seed);
     std::mt19937_64 rng(seed);
-    const std::int64_t P = zs::kernels::sum_tree_leaves(n);
-    ASSERT_GE(P, n);
-    ASSERT_LT(P, 2 * n + 1);
-    DoubleView tree("tree", 2 * P);
+    const zs::kernels::SumTreeShape shape = zs::kernels::sum_tree_shape(n);
+    const std::int64_t L = shape.leaf0();
+    DoubleView tree("tree", shape.size());
     std::vector<double> leaves(n, 0.0);
     std::uniform_real_distribution<double> u01(0, 1);
     for (int round = 0; round < 60; ++round) {
@@ -65,21 +88,23 @@ TEST(SumTree, TotalsMatchHostAfterManyRandomBatchedUpdates) {
       DoubleView dv("val", B);
       put(di, idx);
       put(dv, val);
-      zs::kernels::sum_tree_assign(stream.exec(), tree, IndexView::const_type(di), DoubleView::const_type(dv));
+      zs::kernels::sum_tree_assign(stream.exec(), tree, shape, IndexView::const_type(di), DoubleView::const_type(dv));
       host_assign(leaves, idx, val);
     }
     stream.synchronize();
     const auto t = zs::test::to_host(tree);
     long double total = 0;
     for (std::int64_t j = 0; j < n; ++j) {
-      ASSERT_EQ(t[P + j], leaves[j]) << "leaf " << j;
+      ASSERT_EQ(t[L + j], leaves[j]) << "leaf " << j;
       total += leaves[j];
     }
-    for (std::int64_t j = n; j < P; ++j) ASSERT_EQ(t[P + j], 0.0);
+    for (std::int64_t j = L + n; j < shape.size(); ++j) ASSERT_EQ(t[j], 0.0) << "padding " << j;
     EXPECT_NEAR(t[1], double(total), 1e-12 * double(total));
     // Every node is exactly the sum of its children: no drift from incremental updates.
     std::vector<double> rebuilt = t;
-    zs::kernels::sum_tree_rebuild_host(rebuilt, P);
+    for (int d = 0; d < shape.depth; ++d)  // every internal node again from the leaves alone
+      for (std::int64_t i = 0; i < shape.nodes[d]; ++i) rebuilt[shape.offset[d] + i] = -1.0;
+    zs::kernels::sum_tree_rebuild_host(rebuilt, shape);
     EXPECT_TRUE(zs::test::same_bits(rebuilt, t));
   }
 }
@@ -91,15 +116,16 @@ TEST(SumTree, DescentFindsThePrefixIntervalAndNeverAZeroLeaf) {
     SCOPED_TRACE(testing::Message() << "leaves " << n << ", seed " << seed);
     std::mt19937_64 rng(seed);
     std::uniform_real_distribution<double> u01(0, 1);
-    const std::int64_t P = zs::kernels::sum_tree_leaves(n);
-    std::vector<double> tree(2 * P, 0.0);
+    const zs::kernels::SumTreeShape shape = zs::kernels::sum_tree_shape(n);
+    const std::int64_t P = shape.leaf0();
+    std::vector<double> tree(shape.size(), 0.0);
     std::int64_t last_nonzero = -1;
     for (std::int64_t j = 0; j < n; ++j) {
       tree[P + j] = u01(rng) < 0.3 ? 0.0 : std::exp(8 * (u01(rng) - 0.5));
       if (tree[P + j] > 0) last_nonzero = j;
     }
     if (last_nonzero < 0) tree[P + (last_nonzero = n - 1)] = 1.0;
-    zs::kernels::sum_tree_rebuild_host(tree, P);
+    zs::kernels::sum_tree_rebuild_host(tree, shape);
     const double total = tree[1];
     std::vector<double> prefix(n + 1, 0.0);  // long-hand prefix sums
     for (std::int64_t j = 0; j < n; ++j) prefix[j + 1] = prefix[j] + tree[P + j];
@@ -107,11 +133,11 @@ TEST(SumTree, DescentFindsThePrefixIntervalAndNeverAZeroLeaf) {
     for (int i = 0; i < 2000; ++i) u.push_back(u01(rng) * total);
     for (double x : {0.0, total, std::nextafter(total, 0.0), total * (1 + 1e-15), total * 2})
       u.push_back(x);
-    DoubleView dt("tree", 2 * P), du("u", u.size());
+    DoubleView dt("tree", tree.size()), du("u", u.size());
     IndexView out("out", u.size());
     put(dt, tree);
     put(du, u);
-    zs::kernels::sum_tree_find_batch(stream.exec(), DoubleView::const_type(dt), DoubleView::const_type(du), out);
+    zs::kernels::sum_tree_find_batch(stream.exec(), DoubleView::const_type(dt), shape, DoubleView::const_type(du), out);
     stream.synchronize();
     const auto found = zs::test::to_host(out);
     for (std::size_t i = 0; i < u.size(); ++i) {
@@ -132,27 +158,29 @@ TEST(SumTree, DescentFindsThePrefixIntervalAndNeverAZeroLeaf) {
 
 TEST(SumTree, EmptyTreeFindsNothing) {
   zs::Stream stream;
-  DoubleView tree("tree", 16), u("u", 3);
+  const zs::kernels::SumTreeShape shape = zs::kernels::sum_tree_shape(40);
+  DoubleView tree("tree", shape.size()), u("u", 3);
   IndexView out("out", 3);
-  zs::kernels::sum_tree_find_batch(stream.exec(), DoubleView::const_type(tree), DoubleView::const_type(u), out);
+  zs::kernels::sum_tree_find_batch(stream.exec(), DoubleView::const_type(tree), shape, DoubleView::const_type(u), out);
   stream.synchronize();
   for (auto j : zs::test::to_host(out)) EXPECT_EQ(j, -1);
 }
 
 TEST(SumTree, BadShapesAreClearErrors) {
   zs::Stream stream;
-  DoubleView odd("tree", 12), tree("tree", 16), val("val", 3);
+  const zs::kernels::SumTreeShape shape = zs::kernels::sum_tree_shape(40);  // root, 3 nodes and 40 leaves: 80 entries
+  DoubleView odd("tree", 12), tree("tree", shape.size()), val("val", 3);
   IndexView idx("idx", 4);
   auto msg = zs::test::error_of([&] {
-    zs::kernels::sum_tree_assign(stream.exec(), odd, IndexView::const_type(idx), DoubleView::const_type(val));
+    zs::kernels::sum_tree_assign(stream.exec(), odd, shape, IndexView::const_type(idx), DoubleView::const_type(val));
   });
-  EXPECT_NE(msg.find("tree holds 12 entries"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("tree holds 12 entries; expected 80"), std::string::npos) << msg;
   msg = zs::test::error_of([&] {
-    zs::kernels::sum_tree_assign(stream.exec(), tree, IndexView::const_type(idx), DoubleView::const_type(val));
+    zs::kernels::sum_tree_assign(stream.exec(), tree, shape, IndexView::const_type(idx), DoubleView::const_type(val));
   });
   EXPECT_NE(msg.find("4 indices but 3 values"), std::string::npos) << msg;
   msg = zs::test::error_of([&] {
-    zs::kernels::sum_tree_find_batch(stream.exec(), DoubleView::const_type(tree), DoubleView::const_type(val), idx);
+    zs::kernels::sum_tree_find_batch(stream.exec(), DoubleView::const_type(tree), shape, DoubleView::const_type(val), idx);
   });
   EXPECT_NE(msg.find("3 draws but 4 outputs"), std::string::npos) << msg;
 }

@@ -31,13 +31,13 @@ struct ReplayStore {
   Kokkos::View<float*, Mem> reward;                                // [C]
   Kokkos::View<std::uint8_t*, Mem> flags;                          // [C] ReplayFlag bits
   Kokkos::View<std::int64_t*, Mem> row_step;                       // [T] global step in each row
-  Kokkos::View<double*, Mem> tree;                                 // [2P]
+  Kokkos::View<double*, Mem> tree;                                 // [tree_shape.size()]
   Kokkos::View<std::int64_t, Mem> steps;                           // inserts so far
   Kokkos::View<std::int64_t, Mem> count;                           // sampleable entries
   Kokkos::View<double, Mem> max_priority;                          // running max, ≥ 1
   Kokkos::View<std::uint64_t, Mem> sample_calls, seed;
-  int n_envs = 1, rows = 1, n_step = 1, obs_dim = 1, branches = 1, levels = 0;
-  std::int64_t leaves = 1;
+  int n_envs = 1, rows = 1, n_step = 1, obs_dim = 1, branches = 1;
+  SumTreeShape tree_shape;
   bool prioritized = true;
 };
 
@@ -87,8 +87,8 @@ struct ReplayInsertTree {
         Kokkos::TeamThreadRange(team, st.n_envs),
         [&](const int e, std::int64_t& d) {
           const std::int64_t j0 = entry(t, e);
-          if (st.tree(st.leaves + j0) > 0) d -= 1;
-          st.tree(st.leaves + j0) = 0;
+          if (st.tree(st.tree_shape.leaf(j0)) > 0) d -= 1;
+          st.tree(st.tree_shape.leaf(j0)) = 0;
           const std::uint8_t f = st.flags(j0);
           // Entry t−k's window is steps t−k .. t (m = k + 1): it closes now when step t ended the
           // episode or m = n; a window cut by a truncation before n steps is dropped.
@@ -98,7 +98,7 @@ struct ReplayInsertTree {
             const int m = k + 1;
             if (f == 0 && m != n) continue;
             if ((f & kReplayTerminated) || m == n) {
-              st.tree(st.leaves + j) = fresh;
+              st.tree(st.tree_shape.leaf(j)) = fresh;
               d += 1;
             }
           }
@@ -107,7 +107,7 @@ struct ReplayInsertTree {
     team.team_barrier();
     const std::int64_t recent = t + 1 < n ? t + 1 : n;
     const int dirty = static_cast<int>(recent * st.n_envs);
-    sum_tree_refresh<false>(team, st.tree, st.leaves, st.levels, dirty, [&](const int d) {
+    sum_tree_refresh<false>(team, st.tree, st.tree_shape, dirty, [&](const int d) {
       return entry(t - d / st.n_envs, d % st.n_envs);
     });
     Kokkos::single(Kokkos::PerTeam(team), [&]() {
@@ -159,7 +159,7 @@ struct ReplaySampleDraw {
       }
       const std::uint64_t bits = counter_rng_bits(seed, kReplayRngStream, call, static_cast<std::uint64_t>(i), 0);
       const double U = static_cast<double>(bits >> 11) * 0x1.0p-53;
-      const std::int64_t j = sum_tree_find(st.tree, st.leaves, (i + U) / B * total);
+      const std::int64_t j = sum_tree_find(st.tree, st.tree_shape, (i + U) / B * total);
       const std::int64_t row = j / st.n_envs;
       const std::int64_t e = j % st.n_envs;
       double R = 0, g = 1;
@@ -180,7 +180,7 @@ struct ReplaySampleDraw {
       out.idx(i) = j;
       out.stamp(i) = st.row_step(row);
       out.next_idx(i) = last;
-      out.log_w(i) = st.prioritized ? -b * ::log(M * (st.tree(st.leaves + j) / total)) : 0.0;
+      out.log_w(i) = st.prioritized ? -b * ::log(M * (st.tree(st.tree_shape.leaf(j)) / total)) : 0.0;
     });
     team.team_barrier();
     double top = 0;  // the Max reducer starts each thread at −DBL_MAX
@@ -245,7 +245,7 @@ struct ReplayUpdatePriorities {
     for (int l = i + 1; l < B && in.idx(l) == j; ++l)
       if (is_finite(priorities(l))) return false;
     // Only the winner reads the leaf from here on: no read races a write of the same leaf.
-    return st.row_step(j / st.n_envs) == in.stamp(i) && st.tree(st.leaves + j) > 0;
+    return st.row_step(j / st.n_envs) == in.stamp(i) && st.tree(st.tree_shape.leaf(j)) > 0;
   }
 
   KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
@@ -260,12 +260,12 @@ struct ReplayUpdatePriorities {
           // overflow the total, whatever α ≤ 10 does to a tiny eps or a huge |p|.
           const double raw = ::pow(::fabs(static_cast<double>(priorities(i))) + eps, a);
           const double v = ::fmin(::fmax(raw, 1e-300), 1e290);
-          st.tree(st.leaves + in.idx(i)) = v;
+          st.tree(st.tree_shape.leaf(in.idx(i))) = v;
           if (v > mx) mx = v;
         },
         Kokkos::Max<double>(top));
     team.team_barrier();
-    sum_tree_refresh(team, st.tree, st.leaves, st.levels, B, [&](const int d) { return in.idx(d); });
+    sum_tree_refresh(team, st.tree, st.tree_shape, B, [&](const int d) { return in.idx(d); });
     Kokkos::single(Kokkos::PerTeam(team), [&]() {
       if (top > st.max_priority()) st.max_priority() = top;
     });

@@ -53,9 +53,8 @@ Replay::Replay(const ReplayConfig& rc, int n_envs, int obs_dim, int n_branches)
   st_.reward = decltype(st_.reward)("zs::replay::reward", C);
   st_.flags = decltype(st_.flags)("zs::replay::flags", C);
   st_.row_step = decltype(st_.row_step)("zs::replay::row_step", rows_);
-  st_.leaves = kernels::sum_tree_leaves(C);
-  st_.levels = kernels::sum_tree_levels(st_.leaves);
-  st_.tree = decltype(st_.tree)("zs::replay::tree", 2 * st_.leaves);
+  st_.tree_shape = kernels::sum_tree_shape(C);
+  st_.tree = decltype(st_.tree)("zs::replay::tree", st_.tree_shape.size());
   st_.steps = decltype(st_.steps)("zs::replay::steps");
   st_.count = decltype(st_.count)("zs::replay::count");
   st_.max_priority = decltype(st_.max_priority)("zs::replay::max_priority");
@@ -153,7 +152,7 @@ void Replay::update_priorities(const ExecSpace& exec, Kokkos::View<const float*,
 void Replay::save_state(safetensors::File& f, const std::string& p) const {
   using safetensors::Tensor;
   Kokkos::fence();  // blocking by contract: whatever the caller's stream has enqueued lands first
-  const std::int64_t C = capacity(), S = obs_dim_, K = branches_, T = rows_, L = st_.leaves;
+  const std::int64_t C = capacity(), S = obs_dim_, K = branches_, T = rows_, L = st_.tree_shape.leaf0();
   f.tensors[p + "shape"] = Tensor::from<std::int64_t>(
       {7}, {C, T, n_envs_, S, K, rc_.n_step, rc_.prioritized ? 1 : 0});
   f.tensors[p + "obs"] = Tensor::from<float>({C, S}, download(st_.obs));
@@ -174,7 +173,7 @@ void Replay::save_state(safetensors::File& f, const std::string& p) const {
 }
 
 void Replay::load_state(const safetensors::File& f, const std::string& p) {
-  const std::int64_t C = capacity(), S = obs_dim_, K = branches_, T = rows_, L = st_.leaves;
+  const std::int64_t C = capacity(), S = obs_dim_, K = branches_, T = rows_, L = st_.tree_shape.leaf0();
   const auto shape = f.i64(p + "shape", {7});
   const std::vector<std::int64_t> mine{C, T, n_envs_, S, K, rc_.n_step, rc_.prioritized ? 1 : 0};
   if (shape != mine) {
@@ -227,9 +226,9 @@ void Replay::load_state(const safetensors::File& f, const std::string& p) {
     require(flags[j] <= (kernels::kReplayTerminated | kernels::kReplayTruncated), "Replay::load_state: entry ", j,
             " has flags ", int(flags[j]), "; expected a combination of terminated (1) and truncated (2)");
 
-  std::vector<double> tree(2 * L, 0.0);
+  std::vector<double> tree(static_cast<std::size_t>(st_.tree_shape.size()), 0.0);
   for (std::int64_t j = 0; j < C; ++j) tree[L + j] = prio[j];
-  kernels::sum_tree_rebuild_host(tree, L);
+  kernels::sum_tree_rebuild_host(tree, st_.tree_shape);
   Kokkos::fence();
   upload(st_.obs, obs);
   upload(st_.next_obs, next_obs);

@@ -67,7 +67,7 @@ class Replay {
   // Inspection (tests, tools): the tree (leaf j at tree_leaves() + j), the running max priority,
   // the inserts so far and the last sample's entries (−1: nothing was sampleable).
   Kokkos::View<const double*, MemSpace> sum_tree() const { return st_.tree; }
-  std::int64_t tree_leaves() const { return st_.leaves; }
+  std::int64_t tree_leaves() const { return st_.tree_shape.leaf0(); }  // sum_tree()'s index of leaf 0
   Kokkos::View<const double, MemSpace> max_priority() const { return st_.max_priority; }
   Kokkos::View<const std::int64_t, MemSpace> steps() const { return st_.steps; }
   Kokkos::View<const std::int64_t*, MemSpace> sampled_indices() const { return sampled_.idx; }
