@@ -44,6 +44,7 @@ void train_iteration(benchmark::State& state, const zs::LoopOptions& options) {
 void BM_TrainIteration(benchmark::State& state) {
   zs::LoopOptions options;
   options.fused_acting = state.range(3) != 0;
+  options.row_block_acting = 0;
   train_iteration(state, options);
 }
 
@@ -53,6 +54,7 @@ void BM_TrainIterationRowBlocks(benchmark::State& state) {
   zs::LoopOptions options;
   options.fused_acting = false;
   options.row_block_acting = static_cast<int>(state.range(3));
+  options.row_block_acting_max_rows = static_cast<int>(state.range(1));
   train_iteration(state, options);
 }
 BENCHMARK(BM_TrainIterationRowBlocks)

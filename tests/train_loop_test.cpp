@@ -251,6 +251,7 @@ TEST(TrainLoop, FusedActingActsLikeThePlansAndTrains) {
   zs::LoopOptions fused, plans;
   fused.fused_acting = true;
   plans.fused_acting = false;  // the default where the fused step is (CUDA) is on
+  fused.row_block_acting = plans.row_block_acting = 0;  // likewise
   zs::TrainLoop with(c, nullptr, fused), without(c, nullptr, plans);
   ASSERT_TRUE(with.actor().fused()) << with.actor().fused_off_reason();
   EXPECT_TRUE(with.eval_actor().fused()) << with.eval_actor().fused_off_reason();
@@ -295,6 +296,7 @@ TEST(TrainLoop, RowBlockCollectKeepsEveryBitOfTheSeparateLaunches) {
     zs::LoopOptions rb, plain;
     rb.fused_acting = plain.fused_acting = false;
     rb.row_block_acting = rows;
+    plain.row_block_acting = 0;
     zs::TrainLoop with(c, nullptr, rb), without(c, nullptr, plain);
     ASSERT_EQ(with.actor().row_blocks(), rows) << with.actor().row_block_off_reason();
     EXPECT_EQ(with.eval_actor().row_blocks(), rows) << with.eval_actor().row_block_off_reason();
@@ -351,6 +353,12 @@ TEST(TrainLoop, RowBlockCollectTrainsAndSaysWhyWhereItCannot) {
   const auto m = loop.trainer().metrics();
   ASSERT_TRUE(m.has_value());
   EXPECT_FALSE(m->halt_nan);
+  // More environments than row_block_acting_max_rows: the actor as without the option.
+  rb.row_block_acting_max_rows = c.envs - 1;
+  zs::TrainLoop over(c, nullptr, rb);
+  EXPECT_EQ(over.actor().row_blocks(), 0);
+  EXPECT_EQ(over.eval_actor().row_blocks(), 0);  // its 8 evaluation episodes are over the limit too
+  rb.row_block_acting_max_rows = 16;
   rb.row_block_acting = 20;
   try {
     zs::TrainLoop bad(c, nullptr, rb);

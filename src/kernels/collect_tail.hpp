@@ -49,6 +49,7 @@ struct CollectStages {
   int dueling_tiles = 0;
   QFromLogProbs<Exec> q;
   std::int64_t q_count = 0;  // rows × actions
+  int q_chunk = 1;           // (row, action) pairs whose atoms' terms fit the scratch at once
   EpsilonGreedyQ<Exec> greedy;
   std::int64_t greedy_count = 0;  // rows × branches
   AdvanceCounter<Exec> act_counter;
@@ -57,8 +58,12 @@ struct CollectStages {
   ReplayInsertData<Exec> insert;
   std::int64_t insert_count = 0;  // envs × obs_dim; 0: no insert
 
+  // The dueling head's tile, then (the same bytes again) Q's terms.
   KOKKOS_INLINE_FUNCTION std::size_t scratch_bytes() const {
-    return sizeof(float) * static_cast<std::size_t>(dueling.tile_rows) * dueling_row_floats(dueling.table, dueling.atoms);
+    const std::size_t head =
+        sizeof(float) * static_cast<std::size_t>(dueling.tile_rows) * dueling_row_floats(dueling.table, dueling.atoms);
+    const std::size_t terms = sizeof(double) * static_cast<std::size_t>(q_chunk) * dueling.atoms;
+    return head > terms ? head : terms;
   }
 };
 
@@ -88,14 +93,40 @@ struct CollectTail {
     team.team_barrier();
   }
 
+  // Q of every (row, action) as c51_q forms it, bit for bit: each atom's term on its own lane
+  // into scratch (the exponentials in double are most of the work: as QFromLogProbs' one thread
+  // a pair they took 13.9 µs of an 8-environment collect on an H100), then each pair's sum in atom
+  // order by one thread.
+  KOKKOS_INLINE_FUNCTION void q_values(const Member& team, double* const terms) const {
+    const QFromLogProbs<Exec>& f = s.q;
+    const int atoms = static_cast<int>(f.logp.extent(2));
+    const std::int64_t actions = static_cast<std::int64_t>(f.logp.extent(1));
+    for (std::int64_t p0 = 0; p0 < s.q_count; p0 += s.q_chunk) {
+      const std::int64_t n = s.q_count - p0 < s.q_chunk ? s.q_count - p0 : s.q_chunk;
+      Kokkos::parallel_for(Kokkos::TeamVectorRange(team, n * atoms), [&](const std::int64_t e) {
+        const std::int64_t p = p0 + e / atoms;
+        const int j = static_cast<int>(e % atoms);
+        terms[e] = c51_q_term(f.logp(p / actions, p % actions, j), j, f.v_min, f.dz);
+      });
+      team.team_barrier();
+      Kokkos::parallel_for(Kokkos::TeamVectorRange(team, n), [&](const std::int64_t i) {
+        double sum = 0.0;
+        for (int j = 0; j < atoms; ++j) sum += terms[i * atoms + j];
+        const std::int64_t p = p0 + i;
+        f.q(p / actions, p % actions) = static_cast<float>(sum);
+      });
+      team.team_barrier();
+    }
+  }
+
   KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
     if (s.has_schedules) once(team, s.schedules);
-    float* const logit = static_cast<float*>(team.team_scratch(0).get_shmem(s.scratch_bytes()));
+    void* const scratch = team.team_scratch(0).get_shmem(s.scratch_bytes());
     for (int t = 0; t < s.dueling_tiles; ++t) {
-      s.dueling.run(team, t, logit);
+      s.dueling.run(team, t, static_cast<float*>(scratch));
       team.team_barrier();  // the next tile reuses the scratch
     }
-    over(team, s.q_count, s.q);
+    q_values(team, static_cast<double*>(scratch));
     over(team, s.greedy_count, s.greedy);
     if (s.greedy_count > 0) once(team, s.act_counter);
     if (s.copy_count > 0) over(team, s.copy_count, s.copy_obs);

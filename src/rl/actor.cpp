@@ -87,6 +87,8 @@ kernels::CollectStages<ExecSpace> Actor::acting_stages(Kokkos::View<const float,
   s.dueling_tiles = s.dueling.tiles_per_entry;
   s.q = {acts_.logp, q_, config_.v_min, kernels::c51_delta(config_.v_min, config_.v_max, atoms)};
   s.q_count = static_cast<std::int64_t>(rows_) * table.actions;
+  const int q_fit = static_cast<int>(kBudget / (sizeof(double) * atoms));
+  s.q_chunk = q_fit < 1 ? 1 : (q_fit < s.q_count ? q_fit : static_cast<int>(s.q_count));
   s.greedy = {q_, epsilon, counter_, actions_, table, rng_};
   s.greedy_count = static_cast<std::int64_t>(rows_) * table.branches;
   s.act_counter = {counter_};

@@ -89,12 +89,15 @@ TrainLoop::TrainLoop(const TrainConfig& config, ProcessGroup* group, const LoopO
   auto fused_for = [&](int rows) {
     return options.fused_acting && rows <= options.fused_acting_max_rows ? &fused : nullptr;
   };
+  auto row_blocks_for = [&](int rows) {
+    return rows <= options.row_block_acting_max_rows ? options.row_block_acting : 0;
+  };
   actor_ = std::make_unique<Actor>(net, trainer_->layout(), trainer_->stream(), config_.envs,
-                                   kernels::ActingRng{seed, 1}, fused_for(config_.envs), options.row_block_acting);
+                                   kernels::ActingRng{seed, 1}, fused_for(config_.envs), row_blocks_for(config_.envs));
   if (group_->size() > 1) replica_ = std::make_unique<ReplicaCheck>(*trainer_, *group_, kReplicaCheckEvery);
   eval_actor_ = std::make_unique<Actor>(net, trainer_->layout(), trainer_->stream(), config_.eval_episodes,
                                         kernels::ActingRng{config_.seed, 2}, fused_for(config_.eval_episodes),
-                                        options.row_block_acting);
+                                        row_blocks_for(config_.eval_episodes));
   eval_params_ = std::make_unique<ParamBuffer>(trainer_->layout(), "zs::eval_params");
   acted_obs_ = decltype(acted_obs_)("zs::loop::acted_obs", config_.envs, env_->obs_dim());
   counters_ = decltype(counters_)("zs::loop::counters", 1);
