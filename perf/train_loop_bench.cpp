@@ -67,6 +67,23 @@ BENCHMARK(BM_TrainIterationRowBlocks)
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 
+// The collect beside the training step (LoopOptions::overlap_collect); rows: the actors on row
+// blocks of 16 (16) or on the fused forward where it runs, else the launch plans (0).
+void BM_TrainIterationOverlap(benchmark::State& state) {
+  zs::LoopOptions options;
+  options.overlap_collect = true;
+  options.row_block_acting = static_cast<int>(state.range(3));
+  options.row_block_acting_max_rows = static_cast<int>(state.range(1));
+  train_iteration(state, options);
+}
+BENCHMARK(BM_TrainIterationOverlap)
+    ->ArgNames({"market", "envs", "train", "rows"})
+    ->Args({0, 8, 1, 16})
+    ->Args({0, 8, 1, 0})
+    ->Args({1, 64, 1, 0})
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
+
 BENCHMARK(BM_TrainIteration)
     ->ArgNames({"market", "envs", "train", "fact"})
     ->Args({0, 8, 1, 0})

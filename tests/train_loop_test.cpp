@@ -21,6 +21,7 @@
 #include "kernels/loop_schedules.hpp"
 #include "test_util.hpp"
 #include "core/safetensors.hpp"
+#include "rl/actor.hpp"
 #include "rl/train_loop.hpp"
 
 namespace {
@@ -375,6 +376,135 @@ TEST(TrainLoop, RowBlockCollectTrainsAndSaysWhyWhereItCannot) {
     EXPECT_FALSE(fp32.actor().row_block_off_reason().empty());
     fp32.iterate();
     fp32.synchronize();
+  }
+}
+
+// The collect beside the step (LoopOptions::overlap_collect): a run resumed from a checkpoint
+// continues bit for bit like an uninterrupted one (so the side stream leaves nothing to chance),
+// and the run trains.
+TEST(TrainLoop, OverlappedCollectResumesBitForBitAndTrains) {
+  const auto seed = fresh_seed();
+  SCOPED_TRACE(testing::Message() << "seed " << seed);
+  zs::TrainConfig c = small_cartpole(seed);
+  c.learning_starts = 40;
+  zs::LoopOptions o;
+  o.overlap_collect = true;
+  const int total = 90, first = 47;
+  zs::TrainLoop whole(c, nullptr, o);
+  const auto before = flat_params(whole.trainer());
+  for (int i = 0; i < total; ++i) whole.iterate();
+  whole.synchronize();
+  EXPECT_EQ(whole.updates(), total - 40 / c.envs + 1);
+  EXPECT_NE(flat_params(whole.trainer()), before);
+  const auto m = whole.trainer().metrics();
+  ASSERT_TRUE(m.has_value());
+  EXPECT_FALSE(m->halt_nan);
+
+  const std::string path = zs::test::temp_path("overlap.safetensors");
+  {
+    zs::TrainLoop part(c, nullptr, o);
+    for (int i = 0; i < first; ++i) part.iterate();
+    part.save(path);
+  }
+  zs::TrainLoop resumed(c, nullptr, o);
+  resumed.load(path);
+  for (int i = first; i < total; ++i) resumed.iterate();
+  resumed.synchronize();
+  std::filesystem::remove(path);
+  EXPECT_EQ(resumed.updates(), whole.updates());
+  EXPECT_TRUE(zs::test::same_bits(flat_params(resumed.trainer()), flat_params(whole.trainer())));
+  const auto obs_a = host_copy(whole.env().obs), obs_b = host_copy(resumed.env().obs);
+  EXPECT_TRUE(zs::test::same_bits(std::vector<float>(obs_a.data(), obs_a.data() + obs_a.size()),
+                                  std::vector<float>(obs_b.data(), obs_b.data() + obs_b.size())));
+  const auto tree_a = host_copy(whole.replay().sum_tree()), tree_b = host_copy(resumed.replay().sum_tree());
+  EXPECT_TRUE(zs::test::same_bits(std::vector<double>(tree_a.data(), tree_a.data() + tree_a.size()),
+                                  std::vector<double>(tree_b.data(), tree_b.data() + tree_b.size())));
+}
+
+// In an iteration that trains, the overlapped actor acts on the parameters the iteration started
+// with (a copy made before the step), not on the step's: its Q is an actor's on those parameters
+// and observations. At ε = 1 its environments see the same actions as without the option (the
+// acting RNG's draws), so they and the transitions the replay holds stay the same bits.
+TEST(TrainLoop, OverlappedCollectActsOnTheParametersTheIterationStartedWith) {
+  const auto seed = fresh_seed();
+  SCOPED_TRACE(testing::Message() << "seed " << seed);
+  zs::TrainConfig c = small_cartpole(seed);
+  c.learning_starts = 40;
+  c.epsilon = {1.f, 1.f, 0};
+  zs::LoopOptions o, plain;
+  o.overlap_collect = true;
+  zs::TrainLoop loop(c, nullptr, o), sequential(c, nullptr, plain);
+  for (int i = 0; i < 30; ++i) {
+    loop.iterate();
+    sequential.iterate();
+  }
+  loop.synchronize();
+  sequential.synchronize();
+  ASSERT_GT(loop.updates(), 0);
+  const auto p0 = flat_params(loop.trainer());
+  const auto obs_now = host_copy(loop.env().obs);  // on the host, the device view itself: copy it out
+  const std::vector<float> o0(obs_now.data(), obs_now.data() + obs_now.size());
+  loop.iterate();  // trains: the step and the acting side by side
+  loop.synchronize();
+  const auto p1 = flat_params(loop.trainer());
+  ASSERT_NE(p1, p0) << "the iteration should have trained";
+
+  const zs::Config& net = loop.trainer().config();
+  const int envs = c.envs;
+  zs::Stream stream;
+  auto q_on = [&](const std::vector<float>& params) {
+    zs::Actor ref(net, loop.trainer().layout(), stream, envs, {seed, 9});
+    zs::ParamBuffer buf(loop.trainer().layout(), "ref");
+    Kokkos::deep_copy(buf.flat(), zs::test::to_device(params));
+    zs::DeviceFloats obs("obs", o0.size());
+    Kokkos::deep_copy(obs, zs::test::to_device(o0));
+    zs::DeviceScalar<float> eps("eps");
+    ref.act(buf, zs::ConstMatrixView(obs.data(), envs, net.state_dim), eps);
+    stream.synchronize();
+    return zs::test::to_host(ref.q());
+  };
+  const auto got = zs::test::to_host(loop.actor().q());
+  const auto want = q_on(p0), after = q_on(p1);
+  const bool tf32 = zs::WarpTile<zs::ExecSpace>::kRoundsToTf32;
+  double gap = 0, moved = 0, largest = 0;
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    gap = std::max(gap, std::abs(double(got[i]) - want[i]));
+    moved = std::max(moved, std::abs(double(after[i]) - want[i]));
+    largest = std::max(largest, std::abs(double(want[i])));
+  }
+  EXPECT_LT(gap, (tf32 ? 3e-3 : 1e-5) * std::max(1.0, largest));
+  if (!tf32) EXPECT_GT(moved, 10 * gap) << "the step should move Q more than the forwards' rounding";
+
+  sequential.iterate();
+  sequential.synchronize();
+  const std::string pa = zs::test::temp_path("ov-a.safetensors"), pb = zs::test::temp_path("ov-b.safetensors");
+  loop.save(pa);
+  sequential.save(pb);
+  const zs::safetensors::File fa = zs::safetensors::read(pa), fb = zs::safetensors::read(pb);
+  std::filesystem::remove(pa);
+  std::filesystem::remove(pb);
+  int compared = 0;
+  for (const auto& [name, t] : fa.tensors) {
+    const bool data = name.rfind("env.", 0) == 0 || name == "actor.counter" || name == "replay.obs" ||
+                      name == "replay.next_obs" || name == "replay.actions" || name == "replay.reward" ||
+                      name == "replay.flags" || name == "replay.row_step";
+    if (!data) continue;
+    EXPECT_TRUE(t.bytes == fb.tensors.at(name).bytes) << "tensor " << name << " differs";
+    ++compared;
+  }
+  EXPECT_GE(compared, 8);
+}
+
+TEST(TrainLoop, OverlappedCollectRefusesSeveralUpdatesAnIteration) {
+  zs::TrainConfig c = small_cartpole(fresh_seed());
+  c.updates = 2;
+  zs::LoopOptions o;
+  o.overlap_collect = true;
+  try {
+    zs::TrainLoop loop(c, nullptr, o);
+    ADD_FAILURE() << "overlap_collect with updates = 2 was taken";
+  } catch (const zs::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("updates = 2; expected 1"), std::string::npos) << e.what();
   }
 }
 

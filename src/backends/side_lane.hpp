@@ -25,6 +25,8 @@ class SideLane {
   SideLane& operator=(const SideLane&) = delete;
 
   const ExecSpace& exec() const { return side_.exec(); }
+  // The side's stream, for an owner of work that enqueues on a Stream (an Actor).
+  Stream& stream() { return side_; }
   // The side's own cuBLAS handle and workspace: two products in flight must not share one.
   const Gemm& gemm() const { return gemm_; }
   void fork() const;

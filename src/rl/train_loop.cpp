@@ -92,7 +92,13 @@ TrainLoop::TrainLoop(const TrainConfig& config, ProcessGroup* group, const LoopO
   auto row_blocks_for = [&](int rows) {
     return rows <= options.row_block_acting_max_rows ? options.row_block_acting : 0;
   };
-  actor_ = std::make_unique<Actor>(net, trainer_->layout(), trainer_->stream(), config_.envs,
+  if (options.overlap_collect) {
+    require(config_.updates == 1, "LoopOptions::overlap_collect: the config has updates = ", config_.updates,
+            "; expected 1 (one training step an iteration beside the collect)");
+    side_ = std::make_unique<SideLane>(trainer_->stream(), net.precision);
+    acting_params_ = std::make_unique<ParamBuffer>(trainer_->layout(), "zs::loop::acting_params");
+  }
+  actor_ = std::make_unique<Actor>(net, trainer_->layout(), side_ ? side_->stream() : trainer_->stream(), config_.envs,
                                    kernels::ActingRng{seed, 1}, fused_for(config_.envs), row_blocks_for(config_.envs));
   if (group_->size() > 1) replica_ = std::make_unique<ReplicaCheck>(*trainer_, *group_, kReplicaCheckEvery);
   eval_actor_ = std::make_unique<Actor>(net, trainer_->layout(), trainer_->stream(), config_.eval_episodes,
@@ -111,52 +117,103 @@ TrainLoop::TrainLoop(const TrainConfig& config, ProcessGroup* group, const LoopO
 
 TrainLoop::~TrainLoop() { trainer_->synchronize(); }
 
-void TrainLoop::enqueue_collect() {
-  const auto& exec = trainer_->stream().exec();
-  const kernels::Schedules<ExecSpace> schedules{epsilon_,
-                                                beta_,
-                                                alpha_,
-                                                ramp(config_.epsilon, config_.steps),
-                                                ramp(config_.beta, config_.steps),
-                                                ramp(config_.alpha, config_.steps)};
-  actor_->prepare(trainer_->online(), env_->obs);
+kernels::Schedules<ExecSpace> TrainLoop::schedules() const {
+  return {epsilon_, beta_, alpha_, ramp(config_.epsilon, config_.steps), ramp(config_.beta, config_.steps),
+          ramp(config_.alpha, config_.steps)};
+}
+
+void TrainLoop::enqueue_schedules(const ExecSpace& exec) {
+  kernels::advance_schedules<ExecSpace>(exec, counters_, schedules(), config_.envs);
+}
+
+void TrainLoop::enqueue_insert(const ExecSpace& exec) {
+  replay_->insert(exec, acted_obs_, actor_->actions(), env_->reward, env_->next_obs, env_->terminated,
+                  env_->truncated);
+}
+
+void TrainLoop::enqueue_acting(const ExecSpace& exec, const ParamBuffer& params, bool with_schedules, bool insert) {
+  actor_->prepare(params, env_->obs);
   if (actor_->row_blocks() != 0) {  // the forward, then the rest as one launch
-    actor_->forward(trainer_->online(), env_->obs);
+    actor_->forward(params, env_->obs);
     kernels::CollectStages<ExecSpace> s = actor_->acting_stages(epsilon_);
-    s.has_schedules = 1;
-    s.schedules = {counters_, schedules, config_.envs};
+    if (with_schedules) {
+      s.has_schedules = 1;
+      s.schedules = {counters_, schedules(), config_.envs};
+    }
     s.copy_obs = {Kokkos::View<const float*, MemSpace>(env_->obs.data(), env_->obs.size()),
                   Kokkos::View<float*, MemSpace>(acted_obs_.data(), acted_obs_.size())};
     s.copy_count = static_cast<std::int64_t>(acted_obs_.size());
-    s.insert = replay_->insert_stage(acted_obs_, actor_->actions(), env_->reward, env_->next_obs, env_->terminated,
-                                     env_->truncated);
-    s.insert_count = static_cast<std::int64_t>(config_.envs) * env_->obs_dim();
+    if (insert) {
+      s.insert = replay_->insert_stage(acted_obs_, actor_->actions(), env_->reward, env_->next_obs, env_->terminated,
+                                       env_->truncated);
+      s.insert_count = static_cast<std::int64_t>(config_.envs) * env_->obs_dim();
+    }
     env_->step_in_tail(exec, s);
     return;
   }
   // The schedules first, as in the tail; the forward reads none of them.
-  kernels::advance_schedules<ExecSpace>(exec, counters_, schedules, config_.envs);
-  actor_->act(trainer_->online(), env_->obs, epsilon_);
+  if (with_schedules) enqueue_schedules(exec);
+  actor_->act(params, env_->obs, epsilon_);
   kernels::copy_flat<ExecSpace, float>(
       exec, Kokkos::View<const float*, MemSpace>(env_->obs.data(), env_->obs.size()),
       Kokkos::View<float*, MemSpace>(acted_obs_.data(), acted_obs_.size()));
   env_->step(exec, actor_->actions());
-  replay_->insert(exec, acted_obs_, actor_->actions(), env_->reward, env_->next_obs, env_->terminated,
-                  env_->truncated);
+  if (insert) enqueue_insert(exec);
+}
+
+void TrainLoop::begin_overlapped_collect() {
+  const auto& exec = trainer_->stream().exec();
+  enqueue_schedules(exec);
+  kernels::copy_flat<ExecSpace, float>(exec, trainer_->online().flat(), acting_params_->flat());
+  side_->fork();
+  enqueue_acting(side_->exec(), *acting_params_, false, false);
+}
+
+void TrainLoop::end_overlapped_collect() {
+  side_->join();
+  enqueue_insert(trainer_->stream().exec());
+}
+
+void TrainLoop::enqueue_collect() {
+  if (side_) {
+    begin_overlapped_collect();
+    return end_overlapped_collect();
+  }
+  enqueue_acting(trainer_->stream().exec(), trainer_->online(), true, true);
 }
 
 void TrainLoop::iterate() {
   Stream& stream = trainer_->stream();
   group_->alive();
+  const bool trains = (iterations_ + 1) * config_.envs >= config_.learning_starts &&
+                      (iterations_ + 1) % config_.train_every == 0;
+  auto sample = [this] { replay_->sample(trainer_->stream().exec(), trainer_->batch(), beta_); };
+  auto priorities = [this] {
+    replay_->update_priorities(trainer_->stream().exec(), trainer_->loss().priorities, alpha_);
+  };
+  if (side_ && trains) {
+    // One graph: the schedules, the acting parameters and the batch's draw, then the step beside
+    // the acting, then the insert and the priorities (overlap_collect: updates = 1).
+    trainer_->step_with(
+        [&] {
+          begin_overlapped_collect();
+          sample();
+        },
+        [&] {
+          end_overlapped_collect();
+          priorities();
+        });
+    ++iterations_;
+    if (replica_) replica_->after_step();
+    ++updates_;
+    return;
+  }
   collect_graph_.run(stream, [this] { enqueue_collect(); });
   ++iterations_;
-  if (env_steps() < config_.learning_starts || iterations_ % config_.train_every != 0) return;
+  if (!trains) return;
   for (int u = 0; u < config_.updates; ++u) {
     // Sampling, the step and the priority update as one graph launch.
-    trainer_->step_with([this] { replay_->sample(trainer_->stream().exec(), trainer_->batch(), beta_); },
-                        [this] {
-                          replay_->update_priorities(trainer_->stream().exec(), trainer_->loss().priorities, alpha_);
-                        });
+    trainer_->step_with(sample, priorities);
     if (replica_) replica_->after_step();
     ++updates_;
   }

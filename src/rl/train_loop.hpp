@@ -14,6 +14,7 @@
 #include "rl/envs.hpp"
 #include "backends/mailbox.hpp"
 #include "backends/process_group.hpp"
+#include "backends/side_lane.hpp"
 #include "kernels/loop_schedules.hpp"
 #include "train/q_monitor.hpp"
 #include "train/replica_check.hpp"
@@ -59,6 +60,14 @@ struct LoopOptions {
   // against 203.9), hence the limit.
   int row_block_acting = kFusedStep ? 16 : 0;
   int row_block_acting_max_rows = 16;
+  // The collect beside the training step: in an iteration that trains, the step's graph runs the
+  // schedules, the batch's draw and a copy of the online parameters, then the actor's forward, ε-greedy
+  // and the environments' step on a second stream (backends/side_lane.hpp) while the step runs,
+  // then the replay insert and the priority update. The actor acts on the parameters the
+  // iteration started with, as without the option; what differs is that the batch is drawn
+  // before this iteration's transitions are inserted (one iteration later than without). Needs
+  // updates = 1. Off by default.
+  bool overlap_collect = false;
 };
 
 // With a ProcessGroup of several ranks (mpirun), each rank runs this loop on its own
@@ -124,6 +133,18 @@ class TrainLoop {
 
  private:
   void enqueue_collect();
+  // The collect's acting on `exec` (the actor's stream): the forward on `params`, ε-greedy, the
+  // copy of the observations and the environments' step, with the schedules and the replay insert
+  // where asked.
+  void enqueue_acting(const ExecSpace& exec, const ParamBuffer& params, bool with_schedules, bool insert);
+  kernels::Schedules<ExecSpace> schedules() const;
+  void enqueue_schedules(const ExecSpace& exec);
+  void enqueue_insert(const ExecSpace& exec);
+  // overlap_collect: on the main stream the schedules and the copy of the parameters the actor
+  // reads, then the acting forked onto the side lane; what the caller enqueues next on the main
+  // stream (the batch's draw and the step) runs beside it until end_…: the join, the insert.
+  void begin_overlapped_collect();
+  void end_overlapped_collect();
   void enqueue_eval_step();
   void collect_eval_record();
   // This rank's loop state (every tensor but the trainer's).
@@ -138,6 +159,8 @@ class TrainLoop {
   std::unique_ptr<Replay> replay_;
   std::unique_ptr<Actor> actor_, eval_actor_;
   std::unique_ptr<ParamBuffer> eval_params_;
+  std::unique_ptr<SideLane> side_;               // overlap_collect: the actor's stream
+  std::unique_ptr<ParamBuffer> acting_params_;   // overlap_collect: the parameters the actor reads
   Kokkos::View<float**, Kokkos::LayoutRight, MemSpace> acted_obs_;  // obs the actions were chosen on
   Kokkos::View<std::int64_t*, MemSpace> counters_;                  // [iterations]
   Kokkos::View<float, MemSpace> epsilon_, beta_, alpha_, greedy_;
