@@ -157,9 +157,9 @@ class TrainLoop {
   std::unique_ptr<Trainer> trainer_;
   std::unique_ptr<VecEnv> env_, eval_env_;
   std::unique_ptr<Replay> replay_;
+  std::unique_ptr<SideLane> side_;  // overlap_collect: the actor's stream; declared first, so it outlives the actor
   std::unique_ptr<Actor> actor_, eval_actor_;
   std::unique_ptr<ParamBuffer> eval_params_;
-  std::unique_ptr<SideLane> side_;               // overlap_collect: the actor's stream
   std::unique_ptr<ParamBuffer> acting_params_;   // overlap_collect: the parameters the actor reads
   Kokkos::View<float**, Kokkos::LayoutRight, MemSpace> acted_obs_;  // obs the actions were chosen on
   Kokkos::View<std::int64_t*, MemSpace> counters_;                  // [iterations]
