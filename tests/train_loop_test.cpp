@@ -115,6 +115,36 @@ std::vector<float> flat_params(const zs::Trainer& t) {
   return {h.data(), h.data() + h.size()};
 }
 
+// Two runs that must be one: the same parameters, environments and sum-tree, bit for bit.
+void expect_same_run(zs::TrainLoop& a, zs::TrainLoop& b) {
+  EXPECT_TRUE(zs::test::same_bits(flat_params(b.trainer()), flat_params(a.trainer())));
+  const auto obs_a = host_copy(a.env().obs), obs_b = host_copy(b.env().obs);
+  EXPECT_TRUE(zs::test::same_bits(std::vector<float>(obs_a.data(), obs_a.data() + obs_a.size()),
+                                  std::vector<float>(obs_b.data(), obs_b.data() + obs_b.size())));
+  const auto tree_a = host_copy(a.replay().sum_tree()), tree_b = host_copy(b.replay().sum_tree());
+  EXPECT_TRUE(zs::test::same_bits(std::vector<double>(tree_a.data(), tree_a.data() + tree_a.size()),
+                                  std::vector<double>(tree_b.data(), tree_b.data() + tree_b.size())));
+}
+
+// A loop's checkpoint as it would be read back (a temporary file, removed).
+zs::safetensors::File checkpoint_of(const zs::TrainLoop& loop, const std::string& name) {
+  const std::string path = zs::test::temp_path(name);
+  loop.save(path);
+  zs::safetensors::File f = zs::safetensors::read(path);
+  std::filesystem::remove(path);
+  return f;
+}
+
+// Two loops side by side for n iterations, then both finished on the device.
+void iterate_both(zs::TrainLoop& a, zs::TrainLoop& b, int n) {
+  for (int i = 0; i < n; ++i) {
+    a.iterate();
+    b.iterate();
+  }
+  a.synchronize();
+  b.synchronize();
+}
+
 // The Q two loops' actors acted on last agree to a forward's rounding (TF32 products on CUDA).
 void expect_same_q(const zs::TrainLoop& a, const zs::TrainLoop& b) {
   const auto qa = zs::test::to_host(a.actor().q()), qb = zs::test::to_host(b.actor().q());
@@ -163,13 +193,7 @@ TEST(TrainLoop, ResumedRunContinuesExactlyLikeAnUninterruptedOne) {
   resumed.synchronize();
   EXPECT_GT(whole.updates(), 0);
   EXPECT_EQ(resumed.updates(), whole.updates());
-  EXPECT_TRUE(zs::test::same_bits(flat_params(resumed.trainer()), flat_params(whole.trainer())));
-  const auto obs_a = host_copy(whole.env().obs), obs_b = host_copy(resumed.env().obs);
-  EXPECT_TRUE(zs::test::same_bits(std::vector<float>(obs_a.data(), obs_a.data() + obs_a.size()),
-                                  std::vector<float>(obs_b.data(), obs_b.data() + obs_b.size())));
-  const auto tree_a = host_copy(whole.replay().sum_tree()), tree_b = host_copy(resumed.replay().sum_tree());
-  EXPECT_TRUE(zs::test::same_bits(std::vector<double>(tree_a.data(), tree_a.data() + tree_a.size()),
-                                  std::vector<double>(tree_b.data(), tree_b.data() + tree_b.size())));
+  expect_same_run(whole, resumed);
   // Evaluation results agree too.
   std::vector<double> ea, eb;
   while (auto e = whole.poll_eval()) ea.push_back(e->mean);
@@ -302,19 +326,11 @@ TEST(TrainLoop, RowBlockCollectKeepsEveryBitOfTheSeparateLaunches) {
     ASSERT_EQ(with.actor().row_blocks(), rows) << with.actor().row_block_off_reason();
     EXPECT_EQ(with.eval_actor().row_blocks(), rows) << with.eval_actor().row_block_off_reason();
     EXPECT_EQ(without.actor().row_blocks(), 0);
-    for (int i = 0; i < 60; ++i) {
-      with.iterate();
-      without.iterate();
-    }
-    with.synchronize();
-    without.synchronize();
+    iterate_both(with, without, 60);
     EXPECT_GT(with.updates(), 0);
     expect_same_q(with, without);
 
-    const std::string pa = zs::test::temp_path("rb-a.safetensors"), pb = zs::test::temp_path("rb-b.safetensors");
-    with.save(pa);
-    without.save(pb);
-    const zs::safetensors::File fa = zs::safetensors::read(pa), fb = zs::safetensors::read(pb);
+    const zs::safetensors::File fa = checkpoint_of(with, "rb-a.safetensors"), fb = checkpoint_of(without, "rb-b.safetensors");
     ASSERT_EQ(fa.tensors.size(), fb.tensors.size());
     int compared = 0;
     for (const auto& [name, t] : fa.tensors) {
@@ -325,8 +341,6 @@ TEST(TrainLoop, RowBlockCollectKeepsEveryBitOfTheSeparateLaunches) {
       ++compared;
     }
     EXPECT_GT(compared, 20);
-    std::filesystem::remove(pa);
-    std::filesystem::remove(pb);
 
     with.enqueue_eval();
     with.synchronize();
@@ -412,13 +426,7 @@ TEST(TrainLoop, OverlappedCollectResumesBitForBitAndTrains) {
   resumed.synchronize();
   std::filesystem::remove(path);
   EXPECT_EQ(resumed.updates(), whole.updates());
-  EXPECT_TRUE(zs::test::same_bits(flat_params(resumed.trainer()), flat_params(whole.trainer())));
-  const auto obs_a = host_copy(whole.env().obs), obs_b = host_copy(resumed.env().obs);
-  EXPECT_TRUE(zs::test::same_bits(std::vector<float>(obs_a.data(), obs_a.data() + obs_a.size()),
-                                  std::vector<float>(obs_b.data(), obs_b.data() + obs_b.size())));
-  const auto tree_a = host_copy(whole.replay().sum_tree()), tree_b = host_copy(resumed.replay().sum_tree());
-  EXPECT_TRUE(zs::test::same_bits(std::vector<double>(tree_a.data(), tree_a.data() + tree_a.size()),
-                                  std::vector<double>(tree_b.data(), tree_b.data() + tree_b.size())));
+  expect_same_run(whole, resumed);
 }
 
 // In an iteration that trains, the overlapped actor acts on the parameters the iteration started
@@ -434,12 +442,7 @@ TEST(TrainLoop, OverlappedCollectActsOnTheParametersTheIterationStartedWith) {
   zs::LoopOptions o, plain;
   o.overlap_collect = true;
   zs::TrainLoop loop(c, nullptr, o), sequential(c, nullptr, plain);
-  for (int i = 0; i < 30; ++i) {
-    loop.iterate();
-    sequential.iterate();
-  }
-  loop.synchronize();
-  sequential.synchronize();
+  iterate_both(loop, sequential, 30);
   ASSERT_GT(loop.updates(), 0);
   const auto p0 = flat_params(loop.trainer());
   const auto obs_now = host_copy(loop.env().obs);  // on the host, the device view itself: copy it out
@@ -477,12 +480,7 @@ TEST(TrainLoop, OverlappedCollectActsOnTheParametersTheIterationStartedWith) {
 
   sequential.iterate();
   sequential.synchronize();
-  const std::string pa = zs::test::temp_path("ov-a.safetensors"), pb = zs::test::temp_path("ov-b.safetensors");
-  loop.save(pa);
-  sequential.save(pb);
-  const zs::safetensors::File fa = zs::safetensors::read(pa), fb = zs::safetensors::read(pb);
-  std::filesystem::remove(pa);
-  std::filesystem::remove(pb);
+  const zs::safetensors::File fa = checkpoint_of(loop, "ov-a.safetensors"), fb = checkpoint_of(sequential, "ov-b.safetensors");
   int compared = 0;
   for (const auto& [name, t] : fa.tensors) {
     const bool data = name.rfind("env.", 0) == 0 || name == "actor.counter" || name == "replay.obs" ||

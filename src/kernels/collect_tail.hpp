@@ -31,6 +31,15 @@ struct NoEnvStep {
   KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t) const {}
 };
 
+// The tail's team scratch, enough for any device without an opt-in, and how many items of
+// `bytes` each fit it at once (at least 1, at most `items`): the dueling head's rows a tile, Q's
+// (row, action) pairs a chunk.
+inline constexpr std::size_t kCollectTailScratch = 32 * 1024;
+inline int collect_tail_chunk(std::size_t bytes, std::int64_t items) {
+  const std::int64_t fit = static_cast<std::int64_t>(kCollectTailScratch / bytes);
+  return static_cast<int>(fit < 1 ? 1 : (fit < items ? fit : items));
+}
+
 // A tagged environment kernel (MarketKernel's StepTag) as the tail's plain functor of an index.
 template <class F, class Tag>
 struct WithTag {
@@ -58,7 +67,7 @@ struct CollectStages {
   ReplayInsertData<Exec> insert;
   std::int64_t insert_count = 0;  // envs × obs_dim; 0: no insert
 
-  // The dueling head's tile, then (the same bytes again) Q's terms.
+  // The dueling head's tile, then (the same bytes again) Q's terms; each within kCollectTailScratch.
   KOKKOS_INLINE_FUNCTION std::size_t scratch_bytes() const {
     const std::size_t head =
         sizeof(float) * static_cast<std::size_t>(dueling.tile_rows) * dueling_row_floats(dueling.table, dueling.atoms);

@@ -68,11 +68,7 @@ kernels::CollectStages<ExecSpace> Actor::acting_stages(Kokkos::View<const float,
   const kernels::BranchTable& table = net_.table();
   const int atoms = config_.atoms;
   kernels::CollectStages<ExecSpace> s;
-  // Tiles of the dueling head small enough for any device's team scratch without an opt-in.
-  constexpr std::size_t kBudget = 32 * 1024;
-  const std::size_t row_bytes = sizeof(float) * kernels::dueling_row_floats(table, atoms);
-  const int fit = static_cast<int>(kBudget / row_bytes);
-  const int tile_rows = fit < 1 ? 1 : (fit < rows_ ? fit : rows_);
+  const int tile_rows = kernels::collect_tail_chunk(sizeof(float) * kernels::dueling_row_floats(table, atoms), rows_);
   kernels::DuelingEntry e;
   e.value = acts_.value_out.data();
   e.branch_out = acts_.branch_out.data();
@@ -87,8 +83,7 @@ kernels::CollectStages<ExecSpace> Actor::acting_stages(Kokkos::View<const float,
   s.dueling_tiles = s.dueling.tiles_per_entry;
   s.q = {acts_.logp, q_, config_.v_min, kernels::c51_delta(config_.v_min, config_.v_max, atoms)};
   s.q_count = static_cast<std::int64_t>(rows_) * table.actions;
-  const int q_fit = static_cast<int>(kBudget / (sizeof(double) * atoms));
-  s.q_chunk = q_fit < 1 ? 1 : (q_fit < s.q_count ? q_fit : static_cast<int>(s.q_count));
+  s.q_chunk = kernels::collect_tail_chunk(sizeof(double) * atoms, s.q_count);
   s.greedy = {q_, epsilon, counter_, actions_, table, rng_};
   s.greedy_count = static_cast<std::int64_t>(rows_) * table.branches;
   s.act_counter = {counter_};

@@ -126,10 +126,17 @@ void TrainLoop::enqueue_schedules(const ExecSpace& exec) {
   kernels::advance_schedules<ExecSpace>(exec, counters_, schedules(), config_.envs);
 }
 
-void TrainLoop::enqueue_insert(const ExecSpace& exec) {
-  replay_->insert(exec, acted_obs_, actor_->actions(), env_->reward, env_->next_obs, env_->terminated,
-                  env_->truncated);
+kernels::ReplayInsertData<ExecSpace> TrainLoop::insert_data() const {
+  return replay_->insert_stage(acted_obs_, actor_->actions(), env_->reward, env_->next_obs, env_->terminated,
+                               env_->truncated);
 }
+
+kernels::CopyFlat<ExecSpace, float> TrainLoop::obs_copy() const {
+  return {Kokkos::View<const float*, MemSpace>(env_->obs.data(), env_->obs.size()),
+          Kokkos::View<float*, MemSpace>(acted_obs_.data(), acted_obs_.size())};
+}
+
+void TrainLoop::enqueue_insert(const ExecSpace& exec) { kernels::replay_insert(exec, insert_data()); }
 
 void TrainLoop::enqueue_acting(const ExecSpace& exec, const ParamBuffer& params, bool with_schedules, bool insert) {
   actor_->prepare(params, env_->obs);
@@ -140,12 +147,10 @@ void TrainLoop::enqueue_acting(const ExecSpace& exec, const ParamBuffer& params,
       s.has_schedules = 1;
       s.schedules = {counters_, schedules(), config_.envs};
     }
-    s.copy_obs = {Kokkos::View<const float*, MemSpace>(env_->obs.data(), env_->obs.size()),
-                  Kokkos::View<float*, MemSpace>(acted_obs_.data(), acted_obs_.size())};
+    s.copy_obs = obs_copy();
     s.copy_count = static_cast<std::int64_t>(acted_obs_.size());
     if (insert) {
-      s.insert = replay_->insert_stage(acted_obs_, actor_->actions(), env_->reward, env_->next_obs, env_->terminated,
-                                       env_->truncated);
+      s.insert = insert_data();
       s.insert_count = static_cast<std::int64_t>(config_.envs) * env_->obs_dim();
     }
     env_->step_in_tail(exec, s);
@@ -154,9 +159,8 @@ void TrainLoop::enqueue_acting(const ExecSpace& exec, const ParamBuffer& params,
   // The schedules first, as in the tail; the forward reads none of them.
   if (with_schedules) enqueue_schedules(exec);
   actor_->act(params, env_->obs, epsilon_);
-  kernels::copy_flat<ExecSpace, float>(
-      exec, Kokkos::View<const float*, MemSpace>(env_->obs.data(), env_->obs.size()),
-      Kokkos::View<float*, MemSpace>(acted_obs_.data(), acted_obs_.size()));
+  const kernels::CopyFlat<ExecSpace, float> copy = obs_copy();
+  kernels::copy_flat<ExecSpace, float>(exec, copy.src, copy.dst);
   env_->step(exec, actor_->actions());
   if (insert) enqueue_insert(exec);
 }

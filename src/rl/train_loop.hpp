@@ -140,6 +140,9 @@ class TrainLoop {
   kernels::Schedules<ExecSpace> schedules() const;
   void enqueue_schedules(const ExecSpace& exec);
   void enqueue_insert(const ExecSpace& exec);
+  // The replay insert of this iteration's transitions, and the copy of the observations acted on.
+  kernels::ReplayInsertData<ExecSpace> insert_data() const;
+  kernels::CopyFlat<ExecSpace, float> obs_copy() const;
   // overlap_collect: on the main stream the schedules and the copy of the parameters the actor
   // reads, then the acting forked onto the side lane; what the caller enqueues next on the main
   // stream (the batch's draw and the step) runs beside it until end_…: the join, the insert.
