@@ -199,11 +199,11 @@ void TrainLoop::iterate() {
     // One graph: the schedules, the acting parameters and the batch's draw, then the step beside
     // the acting, then the insert and the priorities (overlap_collect: updates = 1).
     trainer_->step_with(
-        [&] {
+        [this, sample] {
           begin_overlapped_collect();
           sample();
         },
-        [&] {
+        [this, priorities] {
           end_overlapped_collect();
           priorities();
         });

@@ -307,7 +307,9 @@ void Trainer::step_with(const std::function<void()>& before, const std::function
     graph_with_ = std::make_unique<Graph>();
     graph_with_->set_programmatic_edges(options_.programmatic_launch);
   }
-  run_graph(*graph_with_, [&] {
+  // The recording keeps its own copies: a host graph's replay calls it after this call's
+  // arguments are gone (they were read through dangling references before).
+  run_graph(*graph_with_, [this, before, after] {
     before();
     enqueue_step();
     after();

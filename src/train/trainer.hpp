@@ -130,7 +130,8 @@ class Trainer {
   // One step with a caller's work right before and after it in the same graph (the training
   // loop's batch sampling and priority update): one graph launch instead of three. The first
   // call records before + step + after; every later call replays that recording, so `before` and
-  // `after` must enqueue the same work on stream() each time (their arguments are frozen too).
+  // `after` must enqueue the same work on stream() each time (their arguments are frozen too),
+  // and the recording keeps copies of them: they must not capture the caller's locals by reference.
   void step_with(const std::function<void()>& before, const std::function<void()>& after);
   std::int64_t steps_enqueued() const { return steps_; }
   bool graph_recorded() const { return graph_ && graph_->captured(); }
