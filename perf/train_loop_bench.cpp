@@ -45,6 +45,7 @@ void BM_TrainIteration(benchmark::State& state) {
   zs::LoopOptions options;
   options.fused_acting = state.range(3) != 0;
   options.row_block_acting = 0;
+  options.overlap_collect = zs::CollectOverlap::off;
   train_iteration(state, options);
 }
 
@@ -53,6 +54,7 @@ void BM_TrainIteration(benchmark::State& state) {
 void BM_TrainIterationRowBlocks(benchmark::State& state) {
   zs::LoopOptions options;
   options.fused_acting = false;
+  options.overlap_collect = zs::CollectOverlap::off;
   options.row_block_acting = static_cast<int>(state.range(3));
   options.row_block_acting_max_rows = static_cast<int>(state.range(1));
   train_iteration(state, options);
@@ -71,7 +73,7 @@ BENCHMARK(BM_TrainIterationRowBlocks)
 // blocks of 16 (16) or on the fused forward where it runs, else the launch plans (0).
 void BM_TrainIterationOverlap(benchmark::State& state) {
   zs::LoopOptions options;
-  options.overlap_collect = true;
+  options.overlap_collect = zs::CollectOverlap::on;
   options.row_block_acting = static_cast<int>(state.range(3));
   options.row_block_acting_max_rows = static_cast<int>(state.range(1));
   train_iteration(state, options);

@@ -14,6 +14,7 @@
 #include <random>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "backends/stream.hpp"
@@ -316,13 +317,17 @@ TEST(TrainLoop, RowBlockCollectKeepsEveryBitOfTheSeparateLaunches) {
   zs::TrainConfig c = small_cartpole(seed);
   c.epsilon = {1.f, 1.f, 0};
   c.learning_starts = 40;
-  for (const int rows : {16, 32}) {
-    SCOPED_TRACE(testing::Message() << rows << " rows a block");
+  // Overlapped, an iteration that trains runs the tail without the schedules and the insert.
+  for (const auto& [rows, overlap] : {std::pair{16, zs::CollectOverlap::off}, std::pair{32, zs::CollectOverlap::off},
+                                     std::pair{16, zs::CollectOverlap::on}}) {
+    SCOPED_TRACE(testing::Message() << rows << " rows a block, overlap " << static_cast<int>(overlap));
     zs::LoopOptions rb, plain;
     rb.fused_acting = plain.fused_acting = false;
     rb.row_block_acting = rows;
     plain.row_block_acting = 0;
+    rb.overlap_collect = plain.overlap_collect = overlap;
     zs::TrainLoop with(c, nullptr, rb), without(c, nullptr, plain);
+    EXPECT_EQ(with.overlaps_collect(), overlap == zs::CollectOverlap::on);
     ASSERT_EQ(with.actor().row_blocks(), rows) << with.actor().row_block_off_reason();
     EXPECT_EQ(with.eval_actor().row_blocks(), rows) << with.eval_actor().row_block_off_reason();
     EXPECT_EQ(without.actor().row_blocks(), 0);
@@ -402,7 +407,7 @@ TEST(TrainLoop, OverlappedCollectResumesBitForBitAndTrains) {
   zs::TrainConfig c = small_cartpole(seed);
   c.learning_starts = 40;
   zs::LoopOptions o;
-  o.overlap_collect = true;
+  o.overlap_collect = zs::CollectOverlap::on;
   const int total = 90, first = 47;
   zs::TrainLoop whole(c, nullptr, o);
   const auto before = flat_params(whole.trainer());
@@ -440,7 +445,8 @@ TEST(TrainLoop, OverlappedCollectActsOnTheParametersTheIterationStartedWith) {
   c.learning_starts = 40;
   c.epsilon = {1.f, 1.f, 0};
   zs::LoopOptions o, plain;
-  o.overlap_collect = true;
+  o.overlap_collect = zs::CollectOverlap::on;
+  plain.overlap_collect = zs::CollectOverlap::off;
   zs::TrainLoop loop(c, nullptr, o), sequential(c, nullptr, plain);
   iterate_both(loop, sequential, 30);
   ASSERT_GT(loop.updates(), 0);
@@ -476,7 +482,9 @@ TEST(TrainLoop, OverlappedCollectActsOnTheParametersTheIterationStartedWith) {
     largest = std::max(largest, std::abs(double(want[i])));
   }
   EXPECT_LT(gap, (tf32 ? 3e-3 : 1e-5) * std::max(1.0, largest));
-  if (!tf32) EXPECT_GT(moved, 10 * gap) << "the step should move Q more than the forwards' rounding";
+  if (!tf32) {
+    EXPECT_GT(moved, 10 * gap) << "the step should move Q more than the forwards' rounding";
+  }
 
   sequential.iterate();
   sequential.synchronize();
@@ -493,11 +501,23 @@ TEST(TrainLoop, OverlappedCollectActsOnTheParametersTheIterationStartedWith) {
   EXPECT_GE(compared, 8);
 }
 
-TEST(TrainLoop, OverlappedCollectRefusesSeveralUpdatesAnIteration) {
+// The default overlaps the collect where the config allows it (updates = 1) and runs one after
+// the other where it does not; asked for outright, it refuses such a config.
+TEST(TrainLoop, OverlappedCollectIsTheDefaultWhereItCanAndRefusedWhereAskedAndItCannot) {
   zs::TrainConfig c = small_cartpole(fresh_seed());
+  c.learning_starts = 16;
+  {
+    zs::TrainLoop one(c);
+    EXPECT_TRUE(one.overlaps_collect());
+  }
   c.updates = 2;
+  zs::TrainLoop two(c);
+  EXPECT_FALSE(two.overlaps_collect());
+  for (int i = 0; i < 4; ++i) two.iterate();
+  two.synchronize();
+  EXPECT_EQ(two.updates(), 2 * (4 - 16 / c.envs + 1));
   zs::LoopOptions o;
-  o.overlap_collect = true;
+  o.overlap_collect = zs::CollectOverlap::on;
   try {
     zs::TrainLoop loop(c, nullptr, o);
     ADD_FAILURE() << "overlap_collect with updates = 2 was taken";

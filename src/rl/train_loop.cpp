@@ -92,9 +92,10 @@ TrainLoop::TrainLoop(const TrainConfig& config, ProcessGroup* group, const LoopO
   auto row_blocks_for = [&](int rows) {
     return rows <= options.row_block_acting_max_rows ? options.row_block_acting : 0;
   };
-  if (options.overlap_collect) {
+  if (options.overlap_collect == CollectOverlap::on)
     require(config_.updates == 1, "LoopOptions::overlap_collect: the config has updates = ", config_.updates,
             "; expected 1 (one training step an iteration beside the collect)");
+  if (options.overlap_collect != CollectOverlap::off && config_.updates == 1) {
     side_ = std::make_unique<SideLane>(trainer_->stream(), net.precision);
     acting_params_ = std::make_unique<ParamBuffer>(trainer_->layout(), "zs::loop::acting_params");
   }

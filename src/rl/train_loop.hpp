@@ -42,6 +42,9 @@ struct EvalResult {
   double episodes = 0, mean = 0, min = 0, max = 0;
 };
 
+// Whether an iteration that trains runs its collect beside the step (LoopOptions::overlap_collect).
+enum class CollectOverlap { off, where_possible, on };
+
 // How the loop runs, beside what it trains (TrainConfig).
 struct LoopOptions {
   // The actors' forward (acting and evaluation) as the fused step's kernel (Actor's fused
@@ -64,10 +67,13 @@ struct LoopOptions {
   // schedules, the batch's draw and a copy of the online parameters, then the actor's forward, ε-greedy
   // and the environments' step on a second stream (backends/side_lane.hpp) while the step runs,
   // then the replay insert and the priority update. The actor acts on the parameters the
-  // iteration started with, as without the option; what differs is that the batch is drawn
-  // before this iteration's transitions are inserted (one iteration later than without). Needs
-  // updates = 1. Off by default.
-  bool overlap_collect = false;
+  // iteration started with, as without it; what differs is that the batch is drawn before this
+  // iteration's transitions are inserted (one iteration later than without). It needs
+  // updates = 1: where_possible (the default) overlaps then and runs one after the other
+  // otherwise; on refuses a config of updates != 1. On an H100, 2026-12-06, the cart-pole loop
+  // (8 envs) took 99.4 µs an iteration against 133.8 without (10.06 k training steps/s), and the
+  // market loop (64 envs) 148.5 against 205.0.
+  CollectOverlap overlap_collect = CollectOverlap::where_possible;
 };
 
 // With a ProcessGroup of several ranks (mpirun), each rank runs this loop on its own
@@ -91,6 +97,8 @@ class TrainLoop {
   Replay& replay() { return *replay_; }
   const Actor& actor() const { return *actor_; }
   const Actor& eval_actor() const { return *eval_actor_; }
+  // Whether an iteration that trains runs its collect beside the step (LoopOptions::overlap_collect).
+  bool overlaps_collect() const { return side_ != nullptr; }
   ProcessGroup& group() { return *group_; }
   // The parameter check of a run of several ranks; nullptr alone.
   ReplicaCheck* replica_check() { return replica_.get(); }
