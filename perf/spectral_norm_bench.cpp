@@ -34,6 +34,8 @@ void BM_SpectralNorm(benchmark::State& state) {
 }
 BENCHMARK(BM_SpectralNorm)->UseManualTime()->Unit(benchmark::kMicrosecond);
 
+// programmatic: 1, the graph's edges made programmatic, as in the step's graph
+// (TrainerOptions::programmatic_launch), so each pass is placed while the one before drains.
 void BM_SpectralNormGraphReplay(benchmark::State& state) {
   const zs::ParamLayout layout{zs::Config{}};
   zs::ParamBuffer params(layout, "params");
@@ -44,9 +46,16 @@ void BM_SpectralNormGraphReplay(benchmark::State& state) {
   body();
   stream.synchronize();
   zs::Graph graph;
+  graph.set_programmatic_edges(state.range(0) != 0);
   graph.capture(stream, body);
   zs::bench::time_on_stream(state, stream, [&] { graph.replay(stream); });
+  state.counters["programmatic_edges"] = static_cast<double>(graph.programmatic_edges());
 }
-BENCHMARK(BM_SpectralNormGraphReplay)->UseManualTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_SpectralNormGraphReplay)
+    ->ArgName("programmatic")
+    ->Arg(0)
+    ->Arg(1)
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
 
 }  // namespace

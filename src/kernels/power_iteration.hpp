@@ -37,6 +37,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "backends/after_prior_grids.hpp"
 #include "backends/backend.hpp"
 #include "core/error.hpp"
 #include "backends/host_copy.hpp"
@@ -97,6 +98,11 @@ struct SpectralNormShape {
   // Entries per lane step of a reduction: the host's lane sums 8 blocks in registers before it
   // touches the reduction's value, which Kokkos keeps in memory (a store and reload per step).
   static constexpr int kSpan = kHost ? 64 : 1;
+  // Loads a lane issues before it uses the first of them. A GPU issues in order, so a loop whose
+  // every iteration loads, then adds what it loaded, waits a whole L2 round trip an iteration:
+  // the passes' few loads a lane were a chain of round trips (Nsight, 2026-12-06: pass 2 active
+  // 8,100 cycles of 10.7 µs). The host's lane already keeps kColBlock sums in flight.
+  static constexpr int kLoadBatch = kHost ? 1 : 8;
 
   // Device: ~150 teams per pass for the reference net (≈ one per SM), a lane per column and 8
   // rows per lane in pass 1. Host: chunks big enough that the per-team norms cost nothing,
@@ -292,6 +298,45 @@ KOKKOS_INLINE_FUNCTION double spectral_norm_squared(const Member& team, const do
   return spectral_norm_total(out);
 }
 
+// ‖x[0, n)‖² by one thread's vector lanes alone (on CUDA a warp: lane l takes l, l + 32, …, its
+// loads in batches, then the lanes' sums meet by shuffles). Every thread of a team computes it
+// for itself, so no team barrier or shared memory is paid, and all get the same bits (the order
+// depends only on n and the vector length). The device's form; the host's is the one above.
+template <class Mem, class Member>
+KOKKOS_INLINE_FUNCTION double spectral_norm_squared_lanes(const Member& team, const double* x,
+                                                          std::int64_t n) {
+  constexpr int kBatch = SpectralNormShape<Mem>::kLoadBatch;
+  constexpr int lanes = SpectralNormShape<Mem>::kVectorLength;
+  double out = 0.0;
+  Kokkos::parallel_reduce(
+      Kokkos::ThreadVectorRange(team, lanes),
+      [&](const int lane, double& s) {
+        double a = 0.0;
+        std::int64_t i = lane;
+        for (; i + static_cast<std::int64_t>(kBatch - 1) * lanes < n; i += static_cast<std::int64_t>(kBatch) * lanes) {
+          double b[kBatch];
+          for (int q = 0; q < kBatch; ++q) b[q] = x[i + q * lanes];
+          for (int q = 0; q < kBatch; ++q) a += b[q] * b[q];
+        }
+        for (; i < n; i += lanes) a += x[i] * x[i];
+        s += a;
+      },
+      out);
+  return out;
+}
+
+// The squared norm as the backend's shape wants it: the host's team-wide form (one thread), the
+// device's per-thread lane form.
+template <class Mem, class Member>
+KOKKOS_INLINE_FUNCTION double spectral_norm_squared_any(const Member& team, const double* x,
+                                                        std::int64_t n) {
+  if constexpr (SpectralNormShape<Mem>::kHost) {
+    return spectral_norm_squared<Mem>(team, x, n);
+  } else {
+    return spectral_norm_squared_lanes<Mem>(team, x, n);
+  }
+}
+
 // Pass 1. Each team thread walks every team_size-th row of the slab, its lanes on consecutive
 // column blocks; per-thread sums meet in team scratch and are added in thread order.
 template <class Exec>
@@ -301,6 +346,7 @@ struct SpectralNormPartialWtu {
   using Scratch =
       Kokkos::View<double*, typename Exec::scratch_memory_space, Kokkos::MemoryUnmanaged>;
   static constexpr int kColBlock = SpectralNormShape<Mem>::kColBlock;
+  static constexpr int kBatch = SpectralNormShape<Mem>::kLoadBatch;
 
   Kokkos::View<const SpectralNormMatrix*, Mem> matrices;
   Kokkos::View<const SpectralNormChunk*, Mem> chunks;
@@ -332,7 +378,19 @@ struct SpectralNormPartialWtu {
       const float* const w0 = W + k.col0 + j0;
       double acc[kColBlock] = {};
       if (j0 + kColBlock <= width) {
-        for (std::int64_t r = k.begin + t; r < k.end; r += threads) {
+        std::int64_t r = k.begin + t;
+        for (; r + static_cast<std::int64_t>(kBatch - 1) * threads < k.end; r += static_cast<std::int64_t>(kBatch) * threads) {
+          double ub[kBatch];
+          float wb[kBatch][kColBlock];
+          for (int q = 0; q < kBatch; ++q) {
+            const std::int64_t rq = r + static_cast<std::int64_t>(q) * threads;
+            ub[q] = u[rq];
+            for (int j = 0; j < kColBlock; ++j) wb[q][j] = w0[rq * cols + j];
+          }
+          for (int q = 0; q < kBatch; ++q)
+            for (int j = 0; j < kColBlock; ++j) acc[j] += static_cast<double>(wb[q][j]) * ub[q];
+        }
+        for (; r < k.end; r += threads) {
           const double ur = u[r];
           const float* const w = w0 + r * cols;
           for (int j = 0; j < kColBlock; ++j) acc[j] += static_cast<double>(w[j]) * ur;
@@ -404,7 +462,7 @@ struct SpectralNormWv {
       x = staged.data();
     }
 
-    const double vv = spectral_norm_squared<Mem>(team, x, cols);
+    const double vv = spectral_norm_squared_any<Mem>(team, x, cols);
     const double v_scale = 1.0 / (::sqrt(vv) + kSpectralNormEps);
     // One writer of v per matrix; the other chunks read only the partials, so no race.
     if (k.begin == 0) {
@@ -414,6 +472,34 @@ struct SpectralNormWv {
       });
     }
 
+    if constexpr (!SpectralNormShape<Mem>::kHost) {
+      constexpr int kBatch = SpectralNormShape<Mem>::kLoadBatch;
+      constexpr int lanes = SpectralNormShape<Mem>::kVectorLength;
+      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, k.begin, k.end), [&](const std::int64_t r) {
+        const float* const w_row = W + r * cols;
+        double dot = 0.0;
+        Kokkos::parallel_reduce(
+            Kokkos::ThreadVectorRange(team, lanes),
+            [&](const int lane, double& s) {
+              double a = 0.0;
+              std::int64_t c = lane;
+              for (; c + static_cast<std::int64_t>(kBatch - 1) * lanes < cols; c += static_cast<std::int64_t>(kBatch) * lanes) {
+                float wb[kBatch];
+                double xb[kBatch];
+                for (int q = 0; q < kBatch; ++q) {
+                  wb[q] = w_row[c + q * lanes];
+                  xb[q] = x[c + q * lanes];
+                }
+                for (int q = 0; q < kBatch; ++q) a += static_cast<double>(wb[q]) * xb[q];
+              }
+              for (; c < cols; c += lanes) a += static_cast<double>(w_row[c]) * x[c];
+              s += a;
+            },
+            dot);
+        Kokkos::single(Kokkos::PerThread(team), [&]() { u_raw(m.desc.u_offset + r) = dot * v_scale; });
+      });
+      return;
+    }
     const std::int64_t spans = (cols + kSpan - 1) / kSpan;
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, k.begin, k.end), [&](const std::int64_t r) {
       const float* const w_row = W + r * cols;
@@ -465,7 +551,7 @@ struct SpectralNormScale {
     const SpectralNormDesc d = matrices(k.matrix).desc;
     const double* const ur = u_raw.data() + d.u_offset;
 
-    const double sigma = ::sqrt(spectral_norm_squared<Mem>(team, ur, d.rows));
+    const double sigma = ::sqrt(spectral_norm_squared_any<Mem>(team, ur, d.rows));
     // σ is the team's reduced value, the same in every thread: the branches are team-uniform.
     const bool degenerate = !is_finite(sigma) || sigma < kSpectralNormMinSigma;
 
@@ -489,8 +575,19 @@ struct SpectralNormScale {
     if (!degenerate && sigma > sigma_max) {
       float* const W = params.data() + d.weight_offset;
       const float w_scale = static_cast<float>(sigma_max / sigma);
-      Kokkos::parallel_for(Kokkos::TeamVectorRange(team, k.begin, k.end),
-                           [&](const std::int64_t i) { W[i] *= w_scale; });
+      // Thread t's lane l takes elements t·lanes + l, + team_size·lanes, …, its loads in batches.
+      constexpr int kBatch = SpectralNormShape<Mem>::kLoadBatch;
+      constexpr int lanes = SpectralNormShape<Mem>::kVectorLength;
+      const std::int64_t stride = static_cast<std::int64_t>(team.team_size()) * lanes;
+      Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, lanes), [&](const int lane) {
+        std::int64_t i = k.begin + static_cast<std::int64_t>(team.team_rank()) * lanes + lane;
+        for (; i + (kBatch - 1) * stride < k.end; i += kBatch * stride) {
+          float b[kBatch];
+          for (int q = 0; q < kBatch; ++q) b[q] = W[i + q * stride];
+          for (int q = 0; q < kBatch; ++q) W[i + q * stride] = b[q] * w_scale;
+        }
+        for (; i < k.end; i += stride) W[i] *= w_scale;
+      });
     }
   }
 };
@@ -500,7 +597,8 @@ struct SpectralNormScale {
 // set (the guard's flag, read on the device), the launches change nothing: W, u, v and σ stay. `uv_init` holds the
 // vectors u and v are reset to when a matrix is degenerate; it has the layout of `uv`. Offsets
 // in the plan are trusted (the SpectralNorm owner checks them once at construction; the
-// launcher cannot read a device table without a sync).
+// launcher cannot read a device table without a sync). Each launch waits for the grids before it
+// (AfterPriorGrids), so in a graph with programmatic edges it is placed while they drain.
 template <class Exec>
 void batched_spectral_norm(const Exec& exec,
                            const SpectralNormPlan<typename Exec::memory_space>& plan,
@@ -531,20 +629,21 @@ void batched_spectral_norm(const Exec& exec,
       Policy(exec, static_cast<int>(plan.column_chunks.extent(0)), ts, vl)
           .set_scratch_size(0,
                             Kokkos::PerTeam(SpectralNormPartialWtu<Exec>::scratch_bytes(ts, cc))),
-      SpectralNormPartialWtu<Exec>{plan.matrices, plan.column_chunks, params, uv, plan.partials,
-                                   cc, skip});
+      AfterPriorGrids<SpectralNormPartialWtu<Exec>>(SpectralNormPartialWtu<Exec>{
+          plan.matrices, plan.column_chunks, params, uv, plan.partials, cc, skip}));
   Kokkos::parallel_for(
       "zs::spectral_norm::wv",
       Policy(exec, static_cast<int>(plan.row_chunks.extent(0)), ts, vl)
           .set_scratch_size(0,
                             Kokkos::PerTeam(SpectralNormWv<Exec>::scratch_bytes(plan.staged_cols))),
-      SpectralNormWv<Exec>{plan.matrices, plan.row_chunks, params, plan.partials, uv, plan.u_raw,
-                           plan.staged_cols, skip});
+      AfterPriorGrids<SpectralNormWv<Exec>>(SpectralNormWv<Exec>{
+          plan.matrices, plan.row_chunks, params, plan.partials, uv, plan.u_raw, plan.staged_cols, skip}));
   Kokkos::parallel_for(
       "zs::spectral_norm::scale",
       Policy(exec, static_cast<int>(plan.element_chunks.extent(0)), ts, vl),
-      SpectralNormScale<Exec>{plan.matrices, plan.element_chunks, plan.u_raw, params, uv, uv_init,
-                              sigmas, static_cast<double>(sigma_max), skip});
+      AfterPriorGrids<SpectralNormScale<Exec>>(SpectralNormScale<Exec>{
+          plan.matrices, plan.element_chunks, plan.u_raw, params, uv, uv_init, sigmas,
+          static_cast<double>(sigma_max), skip}));
 }
 
 }  // namespace zs::kernels
