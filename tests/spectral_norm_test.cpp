@@ -697,9 +697,10 @@ TEST(SpectralNorm, ChunkTablesCoverEveryRowColumnAndElementOnce) {
         for (std::int64_t r = k.begin; r < k.end; ++r)
           for (int c = k.col0; c < k.col1; ++c) ++cell[std::size_t(r) * d.cols + c];
       }
-      int first_rows = 0, first_elements = 0;
+      int first_rows = 0, first_elements = 0, row_chunks = 0;
       for (const auto& k : t.row_chunks) {
         if (k.matrix != int(m)) continue;
+        ++row_chunks;
         first_rows += k.begin == 0;
         EXPECT_LE(k.end - k.begin, g.chunk_rows);
         for (std::int64_t r = k.begin; r < k.end; ++r) ++row[r];
@@ -711,7 +712,8 @@ TEST(SpectralNorm, ChunkTablesCoverEveryRowColumnAndElementOnce) {
         for (std::int64_t i = k.begin; i < k.end; ++i) ++elem[i];
       }
       EXPECT_EQ(first_rows, 1) << "v needs exactly one writer";
-      EXPECT_EQ(first_elements, 1) << "u, v and sigma need exactly one writer";
+      EXPECT_EQ(first_elements, 1) << "every matrix has its elements scaled";
+      EXPECT_EQ(mat.row_chunks, row_chunks) << "pass 2's last team must count every team of its matrix";
       for (int n : cell) ASSERT_EQ(n, 1);
       for (int n : row) ASSERT_EQ(n, 1);
       for (int n : elem) ASSERT_EQ(n, 1);

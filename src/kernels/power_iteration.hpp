@@ -22,13 +22,15 @@
 //   1. Wᵀu per (matrix, row slab, column chunk): per-slab partial sums in double.
 //   2. per (matrix, row chunk): v = Σ slabs (staged in team scratch when there are several),
 //      its norm, and u_raw = W v / (‖v‖ + eps) for those rows; the chunk at row 0 also stores
-//      the normalised v.
-//   3. per (matrix, chunk of W's elements): σ = ‖u_raw‖; the first chunk stores u (or resets u
-//      and v) and σ; every chunk scales its own elements when σ > σ_max.
-// Every team of a matrix recomputes ‖v‖ (pass 2) or σ (pass 3) itself, instead of a launch
-// more to share it: they are a few hundred numbers. All sums run in a fixed order and all
-// teams of a launch have the same shape, so those teams agree bit for bit: each can decide
-// alone whether to scale, and two identical calls give identical results.
+//      the normalised v. The matrix's last team to finish (kernels/last_team.hpp) then takes
+//      σ = ‖u_raw‖, stores u (or resets u and v) and σ, and the factor pass 3 scales W by.
+//   3. per (matrix, chunk of W's elements): scales its own elements when the factor is set.
+// Every team of a matrix recomputes ‖v‖ itself (pass 2), instead of a launch more to share it:
+// it is a few hundred numbers. All sums run in a fixed order and all teams of a launch have the
+// same shape, so those teams agree bit for bit, and two identical calls give identical results.
+// Each pass reads its tables (which nothing in a step writes) before it waits for the grids
+// before it and lets the next pass be placed at once, so in a graph with programmatic edges a
+// pass's start and its tables' round trip hide behind the pass before it.
 #pragma once
 #include <cmath>
 #include <cstddef>
@@ -41,6 +43,7 @@
 #include "backends/backend.hpp"
 #include "core/error.hpp"
 #include "backends/host_copy.hpp"
+#include "kernels/last_team.hpp"
 #include "kernels/math.hpp"
 
 namespace zs::kernels {
@@ -74,6 +77,7 @@ struct SpectralNormMatrix {
   std::int64_t partial_offset = 0;  // slabs × cols doubles, slab-major, in the partials buffer
   std::int32_t slabs = 1;
   std::int32_t slab_rows = 0;
+  std::int32_t row_chunks = 0;      // pass 2's teams of this matrix
 };
 
 // One team's share of a pass. Pass 1: rows [begin, end) = slab `slab`, columns [col0, col1);
@@ -180,6 +184,7 @@ inline SpectralNormTables spectral_norm_tables(const std::vector<SpectralNormDes
         t.column_chunks.push_back(k);
       }
     for (std::int64_t r = 0; r < d.rows; r += g.chunk_rows) {
+      ++t.matrices.back().row_chunks;
       SpectralNormChunk k;
       k.matrix = m;
       k.begin = r;
@@ -210,7 +215,9 @@ struct SpectralNormPlan {
   Kokkos::View<const SpectralNormMatrix*, Mem> matrices;
   Kokkos::View<const SpectralNormChunk*, Mem> column_chunks, row_chunks, element_chunks;
   Kokkos::View<double*, Mem> partials;  // pass 1 → 2: per-slab Wᵀu
-  Kokkos::View<double*, Mem> u_raw;     // pass 2 → 3: W v at u's offsets, the u/v buffer's layout
+  Kokkos::View<double*, Mem> u_raw;     // pass 2: W v at u's offsets, the u/v buffer's layout
+  Kokkos::View<int*, Mem> arrivals;     // pass 2: per matrix, its teams done (0 between calls)
+  Kokkos::View<double*, Mem> w_scales;  // pass 2 → 3: per matrix, σ_max/σ, or 0: leave W alone
 };
 
 
@@ -234,6 +241,8 @@ SpectralNormPlan<typename Exec::memory_space> make_spectral_norm_plan(
                                           static_cast<std::size_t>(t.partials_size));
   p.u_raw = Kokkos::View<double*, Mem>(std::string("zs::spectral_norm::u_raw"),
                                        static_cast<std::size_t>(t.vectors_size));
+  p.arrivals = Kokkos::View<int*, Mem>(std::string("zs::spectral_norm::arrivals"), t.matrices.size());
+  p.w_scales = Kokkos::View<double*, Mem>(std::string("zs::spectral_norm::w_scales"), t.matrices.size());
   return p;
 }
 
@@ -361,9 +370,11 @@ struct SpectralNormPartialWtu {
   }
 
   KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
-    if (skip.data() != nullptr && skip() != 0) return;  // the same for every team: no barrier is left waiting
     const SpectralNormChunk k = chunks(team.league_rank());
     const SpectralNormMatrix m = matrices(k.matrix);
+    wait_for_prior_grids();
+    allow_dependent_grids();
+    if (skip.data() != nullptr && skip() != 0) return;  // the same for every team: no barrier is left waiting
     const std::int64_t cols = m.desc.cols;
     const float* const W = params.data() + m.desc.weight_offset;
     const float* const u = uv.data() + m.desc.u_offset;
@@ -437,15 +448,28 @@ struct SpectralNormWv {
   Kokkos::View<double*, Mem> u_raw;
   int staged_cols;
   Kokkos::View<const int, Mem> skip;
+  Kokkos::View<const float*, Mem> uv_init;
+  Kokkos::View<float*, Mem> sigmas;
+  Kokkos::View<int*, Mem> arrivals;
+  Kokkos::View<double*, Mem> w_scales;
+  double sigma_max;
 
   static std::size_t scratch_bytes(int staged_cols) {
     return staged_cols > 0 ? Scratch::shmem_size(static_cast<std::size_t>(staged_cols)) : 0;
   }
 
   KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
-    if (skip.data() != nullptr && skip() != 0) return;
     const SpectralNormChunk k = chunks(team.league_rank());
     const SpectralNormMatrix m = matrices(k.matrix);
+    wait_for_prior_grids();
+    allow_dependent_grids();
+    if (skip.data() != nullptr && skip() != 0) return;
+    u_rows(team, k, m);
+    if (finished_last(team, &arrivals(k.matrix), m.row_chunks)) sigma_and_u(team, k.matrix, m.desc);
+  }
+
+  // u_raw = W v / (‖v‖ + eps) for the chunk's rows (and v, by the chunk at row 0).
+  KOKKOS_INLINE_FUNCTION void u_rows(const Member& team, const SpectralNormChunk& k, const SpectralNormMatrix& m) const {
     const std::int64_t cols = m.desc.cols;
     const float* const W = params.data() + m.desc.weight_offset;
     const double* x = partials.data() + m.partial_offset;
@@ -527,68 +551,69 @@ struct SpectralNormWv {
                      [&]() { u_raw(m.desc.u_offset + r) = dot * v_scale; });
     });
   }
+
+  // The matrix's last team, once every row of u_raw is in: σ = ‖u_raw‖ (each thread reduces it
+  // itself, so the branches below are team-uniform), u or the reset of u and v, σ, the factor
+  // pass 3 scales W by, and the arrival count back to 0 for the next call.
+  KOKKOS_INLINE_FUNCTION void sigma_and_u(const Member& team, std::int32_t matrix, const SpectralNormDesc& d) const {
+    const double* const ur = u_raw.data() + d.u_offset;
+    const double sigma = ::sqrt(spectral_norm_squared_any<Mem>(team, ur, d.rows));
+    const bool degenerate = !is_finite(sigma) || sigma < kSpectralNormMinSigma;
+    float* const u = uv.data() + d.u_offset;
+    if (degenerate) {
+      float* const v = uv.data() + d.v_offset;
+      Kokkos::parallel_for(Kokkos::TeamVectorRange(team, static_cast<std::int64_t>(d.rows)),
+                           [&](const std::int64_t r) { u[r] = uv_init(d.u_offset + r); });
+      Kokkos::parallel_for(Kokkos::TeamVectorRange(team, static_cast<std::int64_t>(d.cols)),
+                           [&](const std::int64_t c) { v[c] = uv_init(d.v_offset + c); });
+    } else {
+      const double u_scale = 1.0 / (sigma + kSpectralNormEps);
+      Kokkos::parallel_for(Kokkos::TeamVectorRange(team, static_cast<std::int64_t>(d.rows)),
+                           [&](const std::int64_t r) { u[r] = static_cast<float>(ur[r] * u_scale); });
+    }
+    Kokkos::single(Kokkos::PerTeam(team), [&]() {
+      sigmas(matrix) = static_cast<float>(sigma);
+      w_scales(matrix) = !degenerate && sigma > sigma_max ? sigma_max / sigma : 0.0;
+      arrivals(matrix) = 0;
+    });
+  }
 };
 
-// Pass 3. The first chunk of a matrix owns its u, v and σ; every chunk owns its elements of W.
+// Pass 3. Every chunk scales its own elements of W by its matrix's factor, where pass 2 set one.
 template <class Exec>
 struct SpectralNormScale {
   using Mem = typename Exec::memory_space;
   using Member = typename Kokkos::TeamPolicy<Exec>::member_type;
 
-  Kokkos::View<const SpectralNormMatrix*, Mem> matrices;
   Kokkos::View<const SpectralNormChunk*, Mem> chunks;
-  Kokkos::View<const double*, Mem> u_raw;
+  Kokkos::View<const double*, Mem> w_scales;
   Kokkos::View<float*, Mem> params;
-  Kokkos::View<float*, Mem> uv;
-  Kokkos::View<const float*, Mem> uv_init;
-  Kokkos::View<float*, Mem> sigmas;
-  double sigma_max;
+  Kokkos::View<const SpectralNormMatrix*, Mem> matrices;
   Kokkos::View<const int, Mem> skip;
 
   KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
-    if (skip.data() != nullptr && skip() != 0) return;
     const SpectralNormChunk k = chunks(team.league_rank());
-    const SpectralNormDesc d = matrices(k.matrix).desc;
-    const double* const ur = u_raw.data() + d.u_offset;
-
-    const double sigma = ::sqrt(spectral_norm_squared_any<Mem>(team, ur, d.rows));
-    // σ is the team's reduced value, the same in every thread: the branches are team-uniform.
-    const bool degenerate = !is_finite(sigma) || sigma < kSpectralNormMinSigma;
-
-    if (k.begin == 0) {
-      float* const u = uv.data() + d.u_offset;
-      if (degenerate) {
-        float* const v = uv.data() + d.v_offset;
-        Kokkos::parallel_for(Kokkos::TeamVectorRange(team, static_cast<std::int64_t>(d.rows)),
-                             [&](const std::int64_t r) { u[r] = uv_init(d.u_offset + r); });
-        Kokkos::parallel_for(Kokkos::TeamVectorRange(team, static_cast<std::int64_t>(d.cols)),
-                             [&](const std::int64_t c) { v[c] = uv_init(d.v_offset + c); });
-      } else {
-        const double u_scale = 1.0 / (sigma + kSpectralNormEps);
-        Kokkos::parallel_for(
-            Kokkos::TeamVectorRange(team, static_cast<std::int64_t>(d.rows)),
-            [&](const std::int64_t r) { u[r] = static_cast<float>(ur[r] * u_scale); });
+    const std::int64_t weight_offset = matrices(k.matrix).desc.weight_offset;
+    wait_for_prior_grids();
+    allow_dependent_grids();
+    if (skip.data() != nullptr && skip() != 0) return;
+    const double factor = w_scales(k.matrix);
+    if (factor == 0.0) return;
+    float* const W = params.data() + weight_offset;
+    const float w_scale = static_cast<float>(factor);
+    // Thread t's lane l takes elements t·lanes + l, + team_size·lanes, …, its loads in batches.
+    constexpr int kBatch = SpectralNormShape<Mem>::kLoadBatch;
+    constexpr int lanes = SpectralNormShape<Mem>::kVectorLength;
+    const std::int64_t stride = static_cast<std::int64_t>(team.team_size()) * lanes;
+    Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, lanes), [&](const int lane) {
+      std::int64_t i = k.begin + static_cast<std::int64_t>(team.team_rank()) * lanes + lane;
+      for (; i + (kBatch - 1) * stride < k.end; i += kBatch * stride) {
+        float b[kBatch];
+        for (int q = 0; q < kBatch; ++q) b[q] = W[i + q * stride];
+        for (int q = 0; q < kBatch; ++q) W[i + q * stride] = b[q] * w_scale;
       }
-      Kokkos::single(Kokkos::PerTeam(team),
-                     [&]() { sigmas(k.matrix) = static_cast<float>(sigma); });
-    }
-    if (!degenerate && sigma > sigma_max) {
-      float* const W = params.data() + d.weight_offset;
-      const float w_scale = static_cast<float>(sigma_max / sigma);
-      // Thread t's lane l takes elements t·lanes + l, + team_size·lanes, …, its loads in batches.
-      constexpr int kBatch = SpectralNormShape<Mem>::kLoadBatch;
-      constexpr int lanes = SpectralNormShape<Mem>::kVectorLength;
-      const std::int64_t stride = static_cast<std::int64_t>(team.team_size()) * lanes;
-      Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, lanes), [&](const int lane) {
-        std::int64_t i = k.begin + static_cast<std::int64_t>(team.team_rank()) * lanes + lane;
-        for (; i + (kBatch - 1) * stride < k.end; i += kBatch * stride) {
-          float b[kBatch];
-          for (int q = 0; q < kBatch; ++q) b[q] = W[i + q * stride];
-          for (int q = 0; q < kBatch; ++q) W[i + q * stride] = b[q] * w_scale;
-        }
-        for (; i < k.end; i += stride) W[i] *= w_scale;
-      });
-    }
+      for (; i < k.end; i += stride) W[i] *= w_scale;
+    });
   }
 };
 
@@ -629,21 +654,21 @@ void batched_spectral_norm(const Exec& exec,
       Policy(exec, static_cast<int>(plan.column_chunks.extent(0)), ts, vl)
           .set_scratch_size(0,
                             Kokkos::PerTeam(SpectralNormPartialWtu<Exec>::scratch_bytes(ts, cc))),
-      AfterPriorGrids<SpectralNormPartialWtu<Exec>>(SpectralNormPartialWtu<Exec>{
+      AfterPriorGrids<SpectralNormPartialWtu<Exec>, true>(SpectralNormPartialWtu<Exec>{
           plan.matrices, plan.column_chunks, params, uv, plan.partials, cc, skip}));
   Kokkos::parallel_for(
       "zs::spectral_norm::wv",
       Policy(exec, static_cast<int>(plan.row_chunks.extent(0)), ts, vl)
           .set_scratch_size(0,
                             Kokkos::PerTeam(SpectralNormWv<Exec>::scratch_bytes(plan.staged_cols))),
-      AfterPriorGrids<SpectralNormWv<Exec>>(SpectralNormWv<Exec>{
-          plan.matrices, plan.row_chunks, params, plan.partials, uv, plan.u_raw, plan.staged_cols, skip}));
+      AfterPriorGrids<SpectralNormWv<Exec>, true>(SpectralNormWv<Exec>{
+          plan.matrices, plan.row_chunks, params, plan.partials, uv, plan.u_raw, plan.staged_cols, skip, uv_init,
+          sigmas, plan.arrivals, plan.w_scales, static_cast<double>(sigma_max)}));
   Kokkos::parallel_for(
       "zs::spectral_norm::scale",
       Policy(exec, static_cast<int>(plan.element_chunks.extent(0)), ts, vl),
-      AfterPriorGrids<SpectralNormScale<Exec>>(SpectralNormScale<Exec>{
-          plan.matrices, plan.element_chunks, plan.u_raw, params, uv, uv_init, sigmas,
-          static_cast<double>(sigma_max), skip}));
+      AfterPriorGrids<SpectralNormScale<Exec>, true>(
+          SpectralNormScale<Exec>{plan.element_chunks, plan.w_scales, params, plan.matrices, skip}));
 }
 
 }  // namespace zs::kernels
