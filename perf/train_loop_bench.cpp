@@ -82,7 +82,9 @@ BENCHMARK(BM_TrainIterationOverlap)
     ->ArgNames({"market", "envs", "train", "rows"})
     ->Args({0, 8, 1, 16})
     ->Args({0, 8, 1, 0})
+    ->Args({0, 256, 1, 0})
     ->Args({1, 64, 1, 0})
+    ->Args({1, 4096, 1, 0})
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 
