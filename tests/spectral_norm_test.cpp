@@ -491,6 +491,50 @@ TEST(SpectralNorm, GraphReplayWithFreshWeightsContinuesTheIteration) {
   }
 }
 
+// The one launch (a cluster per matrix, backends/cluster_power_iteration.hpp) where the backend
+// has it: on the host never; on the GPU (sm_90) for every layout whose slabs fit a block's shared
+// memory, not for the ~1 M-entry matrix. Where it runs, three calls give the three launches'
+// results to the double sums' rounding (the slabs differ, so the bits may), and a set skip flag
+// leaves every bit alone.
+TEST(SpectralNorm, OneLaunchWhereTheBackendCanMatchesTheThreeLaunches) {
+  const bool host = Kokkos::SpaceAccessibility<Kokkos::HostSpace, zs::MemSpace>::accessible;
+  EXPECT_FALSE(zs::SpectralNorm(zs::ParamLayout(layout_large()), 1.f, 1).one_launch());
+  EXPECT_FALSE(zs::SpectralNorm(zs::ParamLayout(zs::Config{}), 1.f, 1, false).one_launch());
+  for (const auto& config : {layout_tiny(), layout_vectors(), layout_primes(), zs::Config{}}) {
+    const zs::ParamLayout layout(config);
+    const auto seed = zs::test::fresh_seed();
+    SCOPED_TRACE(testing::Message() << "layout of " << layout.layers().size() << " matrices, seed = " << seed);
+    zs::Stream stream;
+    const zs::SpectralNorm one(layout, 1.f, seed), three(layout, 1.f, seed, false);
+    EXPECT_EQ(one.one_launch(), !host);
+    ASSERT_FALSE(three.one_launch());
+    const auto w0 = random_params(layout, seed);
+    auto p1 = zs::test::to_device(w0), p3 = zs::test::to_device(w0);
+
+    zs::DeviceScalar<int> skip("skip");
+    Kokkos::deep_copy(skip, 1);
+    one.apply(stream.exec(), p1, skip);
+    stream.synchronize();
+    const auto skipped = zs::test::to_host(p1);
+    const auto uv_skipped = zs::test::to_host(one.vectors()), uv_init = zs::test::to_host(one.initial_vectors());
+    for (std::size_t i = 0; i < w0.size(); ++i) ASSERT_TRUE(same_bits(skipped[i], w0[i])) << "W[" << i << "] moved under skip";
+    for (std::size_t i = 0; i < uv_init.size(); ++i) ASSERT_TRUE(same_bits(uv_skipped[i], uv_init[i])) << "uv[" << i << "] moved under skip";
+
+    for (int call = 0; call < 3; ++call) {
+      one.apply(stream.exec(), p1);
+      three.apply(stream.exec(), p3);
+      stream.synchronize();
+      SCOPED_TRACE(testing::Message() << "call " << call);
+      const auto s1 = zs::test::to_host(one.sigmas()), s3 = zs::test::to_host(three.sigmas());
+      for (std::size_t m = 0; m < s1.size(); ++m) EXPECT_NEAR(s1[m], s3[m], 1e-6 * std::abs(s3[m]) + 1e-30) << one.names()[m];
+      const auto uv1 = zs::test::to_host(one.vectors()), uv3 = zs::test::to_host(three.vectors());
+      for (std::size_t i = 0; i < uv1.size(); ++i) ASSERT_NEAR(uv1[i], uv3[i], 1e-5) << "uv[" << i << "]";
+      const auto w1 = zs::test::to_host(p1), w3 = zs::test::to_host(p3);
+      for (std::size_t i = 0; i < w1.size(); ++i) ASSERT_NEAR(w1[i], w3[i], 1e-6 * std::abs(w3[i]) + 1e-30) << "W[" << i << "]";
+    }
+  }
+}
+
 TEST(SpectralNorm, BadArgumentsAreClearErrors) {
   const zs::ParamLayout layout{zs::Config{}};
   for (float bad : {0.f, -1.f, std::numeric_limits<float>::quiet_NaN(),

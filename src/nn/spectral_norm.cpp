@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstddef>
+#include <vector>
 
 #include "core/error.hpp"
 
@@ -37,7 +38,7 @@ void random_unit(std::vector<float>& out, std::size_t at, std::size_t n, std::ui
 
 }  // namespace
 
-SpectralNorm::SpectralNorm(const ParamLayout& layout, float sigma_max, std::uint64_t seed)
+SpectralNorm::SpectralNorm(const ParamLayout& layout, float sigma_max, std::uint64_t seed, bool one_launch)
     : sigma_max_(sigma_max), param_size_(layout.size()) {
   require(std::isfinite(sigma_max) && sigma_max > 0.f, "SpectralNorm: sigma_max = ", sigma_max,
           " is invalid; expected a finite number > 0");
@@ -77,11 +78,38 @@ SpectralNorm::SpectralNorm(const ParamLayout& layout, float sigma_max, std::uint
   uv_ = DeviceFloats(std::string("zs::spectral_norm::uv"), init.size());
   Kokkos::deep_copy(uv_, uv_init_);
   sigmas_ = DeviceFloats(std::string("zs::spectral_norm::sigmas"), host_descs_.size());
+
+  if (one_launch) {
+    std::vector<ClusterMatrix> cm;
+    for (const auto& d : host_descs_) cm.push_back({d.weight_offset, d.u_offset, d.v_offset, d.rows, d.cols});
+    cluster_bytes_ = cluster_power_iteration_bytes(cm);
+    if (cluster_bytes_ > 0) {
+      cluster_matrices_ = Kokkos::View<ClusterMatrix*, MemSpace>("zs::spectral_norm::cluster_matrices", cm.size());
+      auto h = Kokkos::create_mirror_view(cluster_matrices_);
+      for (std::size_t i = 0; i < cm.size(); ++i) h(i) = cm[i];
+      Kokkos::deep_copy(cluster_matrices_, h);
+    }
+  }
 }
 
 void SpectralNorm::apply(const ExecSpace& exec, const DeviceFloats& params, Kokkos::View<const int, MemSpace> skip) const {
   require(params.extent(0) == param_size_, "SpectralNorm::apply: the parameter buffer has ",
           params.extent(0), " floats; expected ", param_size_, " (the layout's size)");
+  if (cluster_bytes_ > 0) {
+    ClusterPowerIterationArgs a;
+    a.matrices = cluster_matrices_.data();
+    a.count = matrices();
+    a.params = params.data();
+    a.uv = uv_.data();
+    a.uv_init = uv_init_.data();
+    a.sigmas = sigmas_.data();
+    a.sigma_max = sigma_max_;
+    a.eps = kernels::kSpectralNormEps;
+    a.min_sigma = kernels::kSpectralNormMinSigma;
+    a.skip = skip.data();
+    a.bytes = cluster_bytes_;
+    return cluster_power_iteration(exec, a);
+  }
   kernels::batched_spectral_norm(exec, plan_, params, uv_, ConstDeviceFloats(uv_init_), sigmas_,
                                  sigma_max_, skip);
 }
