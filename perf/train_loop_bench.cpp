@@ -23,7 +23,7 @@ void train_iteration(benchmark::State& state, const zs::LoopOptions& options) {
   c.stop_when_solved = false;
   c.steps = std::int64_t{1} << 50;  // the config accepts at most 2^50
   zs::TrainLoop loop(c, nullptr, options);
-  if (options.fused_acting && !loop.actor().fused()) {
+  if (options.fused_acting && c.envs <= options.fused_acting_max_rows && !loop.actor().fused()) {
     state.SkipWithError(("the fused forward is off: " + loop.actor().fused_off_reason()).c_str());
     return;
   }
