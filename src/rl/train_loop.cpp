@@ -180,11 +180,13 @@ void TrainLoop::end_overlapped_collect() {
 }
 
 void TrainLoop::enqueue_collect() {
-  if (side_) {
-    begin_overlapped_collect();
-    return end_overlapped_collect();
-  }
-  enqueue_acting(trainer_->stream().exec(), trainer_->online(), true, true);
+  if (!side_) return enqueue_acting(trainer_->stream().exec(), trainer_->online(), true, true);
+  // The actor enqueues on the side lane. With no step beside it, it acts on the online parameters
+  // themselves, the schedules and the insert in its launches as without the lane: no copy of the
+  // parameters, and the row blocks' collect stays two launches.
+  side_->fork();
+  enqueue_acting(side_->exec(), trainer_->online(), true, true);
+  side_->join();
 }
 
 void TrainLoop::iterate() {
