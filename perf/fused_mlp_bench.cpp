@@ -15,6 +15,7 @@
 #include "bench_util.hpp"
 #include "kernels/dense_batch.hpp"
 #include "kernels/row_block_mlp.hpp"
+#include "nn/cluster_forward.hpp"
 #include "nn/fused_forward.hpp"
 #include "nn/fused_trunk.hpp"
 #include "nn/row_block_chain.hpp"
@@ -192,6 +193,50 @@ BENCHMARK(BM_RowBlockForward)
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 
+// Every layer of the network for the step's three passes as one launch of thread-block clusters
+// (nn/cluster_forward.hpp), against BM_FusedForwardPhases and BM_RowBlockForward. Args: B, trunk
+// width, rows a cluster (0: the constructor's choice), warps a block.
+void BM_ClusterForward(benchmark::State& state) {
+  const int B = static_cast<int>(state.range(0)), width = static_cast<int>(state.range(1));
+  const int rows = static_cast<int>(state.range(2)), warps = static_cast<int>(state.range(3));
+  TrunkSetup t(B, width);
+  std::string why;
+  if (!zs::ClusterForward::supported(t.net, rows, &why, warps)) {
+    state.SkipWithError(why.c_str());
+    return;
+  }
+  const zs::ClusterForward fwd(t.net, t.forward_passes(), rows, warps);
+  zs::Stream stream;
+  time_trunk(state, stream, [&] { fwd.enqueue(stream.exec()); }, true);
+  state.counters["clusters"] = fwd.clusters();
+  state.counters["rows"] = fwd.rows();
+  state.counters["bytes"] = static_cast<double>(fwd.bytes());
+  // Where a block's time goes, kcycles, medians over the blocks: its tables and input (start_kc),
+  // the first cluster barrier (meet_kc), then each layer's products (every warp's), outputs into
+  // the block's own buffer, the same into the other blocks' (exchange) and the barrier.
+  const int blocks = fwd.clusters() * zs::kClusterMlpBlocks, stamps = zs::cluster_mlp_stamps(fwd.layers());
+  Kokkos::View<std::uint64_t*, zs::MemSpace> clocks("zs::bench::cluster_clocks", std::size_t(blocks) * stamps);
+  fwd.enqueue(stream.exec(), clocks.data());
+  stream.synchronize();
+  const auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), clocks);
+  for (int part = 0; part + 1 < stamps; ++part) {
+    std::vector<double> d;
+    for (int b = 0; b < blocks; ++b)
+      d.push_back(static_cast<double>(h(std::size_t(b) * stamps + part + 1) - h(std::size_t(b) * stamps + part)) / 1e3);
+    std::nth_element(d.begin(), d.begin() + d.size() / 2, d.end());
+    const int l = (part - 2) / 4;
+    const char* const what[] = {"products", "outputs", "exchange", "barrier"};
+    state.counters[part == 0 ? std::string("start_kc")
+                   : part == 1 ? std::string("meet_kc")
+                               : "l" + std::to_string(l) + "_" + what[(part - 2) % 4] + "_kc"] = d[d.size() / 2];
+  }
+}
+BENCHMARK(BM_ClusterForward)
+    ->ArgNames({"B", "width", "rows", "warps"})
+    ->ArgsProduct({{64, 256, 1024, 4096}, {256, 512}, {0, 16, 32, 48, 64}, {8, 16}})
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
+
 // The input-gradient chain of the heads and the trunk (nn/row_block_chain.hpp) for B rows of the
 // online net on s, from random output gradients (the value stream's the sum of one share a
 // branch), masked by a forward's activations. Counters stage_kc, layer*_kc as BM_RowBlockForward's.
@@ -243,7 +288,7 @@ void BM_FusedForwardPhases(benchmark::State& state) {
 }
 BENCHMARK(BM_FusedForwardPhases)
     ->ArgNames({"B", "width"})
-    ->ArgsProduct({{64, 256, 1024, 4096}, {256}})
+    ->ArgsProduct({{64, 256, 1024, 4096}, {256, 512}})
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 

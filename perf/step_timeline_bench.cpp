@@ -107,6 +107,7 @@ const Variant kVariants[] = {
      [](zs::FusedOptions& o) { o.row_block_forward = o.row_block_backward = 32; }},
     {"the forward and the chain as row blocks of 16",
      [](zs::FusedOptions& o) { o.row_block_forward = o.row_block_backward = 16; }},
+    {"the forward as clusters", [](zs::FusedOptions& o) { o.cluster_forward = true; }},
 };
 constexpr int kVariantCount = static_cast<int>(sizeof(kVariants) / sizeof(kVariants[0]));
 

@@ -73,12 +73,13 @@ if [ -n "${ZS_NCU_FILTER:-}" ]; then
   grep -E "^## |^sum" "$out/ncu.md"
 fi
 # Nsight's throughput, occupancy and stall sections for the kernels matching ZS_NCU_DETAIL (a
-# regex), in one step of the benchmark ZS_NCU_DETAIL_BENCH (a filter naming one benchmark).
+# regex), in one step of the benchmark ZS_NCU_DETAIL_BENCH (a filter naming one benchmark);
+# ZS_NCU_EXTRA: more of Nsight's arguments (e.g. "--print-details all --section SourceCounters").
 if [ -n "${ZS_NCU_DETAIL:-}" ]; then
   timeout 300 "$ncu" --profile-from-start off --graph-profiling node --clock-control none \
     --cache-control "$ncu_cache" --kernel-name-base demangled -k "regex:${ZS_NCU_DETAIL}" \
     --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
-    --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis --section InstructionStats ./build/cuda/bin/zerosync_bench --benchmark_filter="${ZS_NCU_DETAIL_BENCH:-BM_StepAux/0}" \
+    --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis --section InstructionStats ${ZS_NCU_EXTRA:-} ./build/cuda/bin/zerosync_bench --benchmark_filter="${ZS_NCU_DETAIL_BENCH:-BM_StepAux/0}" \
     --benchmark_min_time=0.0001 > "$out/ncu-detail.txt" 2>&1
   grep -E "PhaseOfKinds|Duration|SM Active Cycles|Executed Ipc Active|Issue Slots Busy|Achieved Occupancy|Registers Per|Executed Instructions  " "$out/ncu-detail.txt" | head -120
 fi

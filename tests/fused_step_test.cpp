@@ -20,6 +20,8 @@
 #include "backends/graph.hpp"
 #include "backends/warp_tile.hpp"
 #include "fd_check.hpp"
+#include "backends/cluster_mlp.hpp"
+#include "nn/cluster_forward.hpp"
 #include "kernels/tile_product.hpp"
 #include "losses/c51.hpp"
 #include "network_reference.hpp"
@@ -67,6 +69,34 @@ nlohmann::json odd_net(std::uint64_t seed) {
   return {{"state_dim", 7}, {"trunk", {33, 20, 70}}, {"head_hidden", 16}, {"branches", {4, 2, 4, 3}},
           {"atoms", 5},     {"v_min", -2},           {"v_max", 2},        {"seed", seed},
           {"precision", "tf32"}};
+}
+
+// odd_net's config with the reference network's input, branches and atoms and the given widths.
+nlohmann::json reference_like(std::uint64_t seed, int trunk, int head_hidden) {
+  nlohmann::json j = odd_net(seed);
+  j["state_dim"] = 48;
+  j["trunk"] = {trunk, trunk};
+  j["head_hidden"] = head_hidden;
+  j["branches"] = {5, 3, 3};
+  j["atoms"] = 51;
+  return j;
+}
+
+// Every activation a forward writes but the log-probabilities (trunk, hidden and biased output
+// layers) within `tol` of the reference's, relative to its largest; the outputs not near zero.
+void expect_same_activations(const zs::Config& c, const zs::Activations& got, const zs::Activations& want,
+                             double tol) {
+  for (std::size_t i = 0; i < c.trunk.size(); ++i)
+    EXPECT_LT(max_rel(to_host(got.trunk[i]), to_host(want.trunk[i])), tol) << "trunk " << i;
+  EXPECT_LT(max_rel(to_host(got.value_hidden), to_host(want.value_hidden)), tol);
+  EXPECT_LT(max_rel(to_host(got.value_out), to_host(want.value_out)), tol);
+  for (std::size_t k = 0; k < c.branches.size(); ++k)
+    EXPECT_LT(max_rel(to_host(got.branch_hidden[k]), to_host(want.branch_hidden[k])), tol) << "branch " << k;
+  const auto bo = to_host(want.branch_out);
+  EXPECT_LT(max_rel(to_host(got.branch_out), bo), tol);
+  double largest = 0;
+  for (float v : bo) largest = std::max(largest, std::abs(double(v)));
+  EXPECT_GT(largest, 0.05) << "outputs near zero test little";
 }
 
 // The trainer tests' small net in TF32 (the fused step's products round to TF32 on CUDA; the
@@ -174,13 +204,7 @@ TEST(FusedForward, MatchesTheNetworksPerLayerForwardPersistentAndAsLaunches) {
 TEST(RowBlockForward, MatchesTheNetworksPerLayerForward) {
   const auto seed = zs::test::fresh_seed();
   SCOPED_TRACE(testing::Message() << "seed " << seed);
-  nlohmann::json reference_like = odd_net(seed);
-  reference_like["state_dim"] = 48;
-  reference_like["trunk"] = {128, 128};
-  reference_like["head_hidden"] = 64;
-  reference_like["branches"] = {5, 3, 3};
-  reference_like["atoms"] = 51;
-  for (const auto& j : {odd_net(seed), reference_like}) {
+  for (const auto& j : {odd_net(seed), reference_like(seed, 128, 64)}) {
     const auto c = zs::Config::from_json(j);
     const zs::ParamLayout layout(c);
     const zs::Network net(c, layout);
@@ -204,21 +228,8 @@ TEST(RowBlockForward, MatchesTheNetworksPerLayerForward) {
         EXPECT_EQ(fwd.teams(), 3 * ((B + rows - 1) / rows));
         fwd.enqueue(stream.exec());
         stream.synchronize();
-        const double tol = kTf32 ? 3e-3 : 1e-5;
-        for (const auto& [got, want] : {std::pair<const zs::Activations*, const zs::Activations*>{&on, &on_ref},
-                                        std::pair<const zs::Activations*, const zs::Activations*>{&tg, &tg_ref}}) {
-          for (std::size_t i = 0; i < c.trunk.size(); ++i)
-            EXPECT_LT(max_rel(to_host(got->trunk[i]), to_host(want->trunk[i])), tol) << "trunk " << i;
-          EXPECT_LT(max_rel(to_host(got->value_hidden), to_host(want->value_hidden)), tol);
-          EXPECT_LT(max_rel(to_host(got->value_out), to_host(want->value_out)), tol);
-          for (std::size_t k = 0; k < c.branches.size(); ++k)
-            EXPECT_LT(max_rel(to_host(got->branch_hidden[k]), to_host(want->branch_hidden[k])), tol) << "branch " << k;
-          const auto bo = to_host(want->branch_out);
-          EXPECT_LT(max_rel(to_host(got->branch_out), bo), tol);
-          double largest = 0;
-          for (float v : bo) largest = std::max(largest, std::abs(double(v)));
-          EXPECT_GT(largest, 0.05) << "outputs near zero test little";
-        }
+        expect_same_activations(c, on, on_ref, kTf32 ? 3e-3 : 1e-5);
+        expect_same_activations(c, tg, tg_ref, kTf32 ? 3e-3 : 1e-5);
       }
   }
 }
@@ -245,6 +256,132 @@ TEST(RowBlockForward, RefusesBadPassesNamingTheValue) {
   const std::string w = make({{&online, s, &acts, 0}, {&online, wide, &acts, 0}}, 16);
   EXPECT_NE(w.find("pass 1 input is [5, " + std::to_string(c.state_dim + 1) + "]"), std::string::npos) << w;
   EXPECT_NE(make({{&online, none, &acts, 0}}, 16).find("pass 0 input is [0, "), std::string::npos);
+  const std::string r = make({{&online, s, &acts, 1}}, 16);
+  EXPECT_NE(r.find("writes rows 1..6 of activations with 5 rows"), std::string::npos) << r;
+}
+
+// The cluster forward (one launch of thread-block clusters, nn/cluster_forward.hpp) writes what
+// the row-block forward writes, at every row count a cluster may carry; a NaN input poisons its
+// own row only, and a graph replay gives the direct launch's bits. Where the backend has no
+// clusters (the host) it says so and refuses to be made.
+TEST(ClusterForward, MatchesTheNetworksPerLayerForward) {
+  const auto seed = zs::test::fresh_seed();
+  SCOPED_TRACE(testing::Message() << "seed " << seed);
+  for (const auto& j : {odd_net(seed), reference_like(seed, 256, 128)}) {
+    const auto c = zs::Config::from_json(j);
+    const zs::ParamLayout layout(c);
+    const zs::Network net(c, layout);
+    zs::ParamBuffer online(layout, "online"), target(layout, "target");
+    fill(online.flat(), seed + 1, 0.4f / std::sqrt(float(c.trunk[0]) / 32.f));
+    fill(target.flat(), seed + 2, 0.4f / std::sqrt(float(c.trunk[0]) / 32.f));
+    std::string why;
+    if (!zs::ClusterForward::supported(net, 0, &why)) {
+      EXPECT_FALSE(kTf32) << "CUDA on sm_90 has clusters: " << why;
+      EXPECT_EQ(why, "this backend has no thread-block clusters");
+      zs::DeviceFloats states("states", std::size_t(4) * c.state_dim);
+      zs::Activations acts(c, 4);
+      const zs::ConstMatrixView s(states.data(), 4, c.state_dim);
+      const std::string e = zs::test::error_of([&] { const zs::ClusterForward f(net, {{&online, s, &acts, 0}}); });
+      EXPECT_NE(e.find("ClusterForward: this backend has no thread-block clusters"), std::string::npos) << e;
+      continue;
+    }
+    int checked = 0;  // configurations run (the rest refused for want of shared memory)
+    for (const int B : {3, 70, 200})
+      for (const int rows : {0, 16, 32, 48, 64})
+        for (const int warps : {8, 16}) {
+          SCOPED_TRACE(testing::Message() << "state_dim " << c.state_dim << ", B = " << B << ", rows " << rows << ", warps "
+                                          << warps);
+          zs::DeviceFloats states("states", std::size_t(2) * B * c.state_dim);
+          fill(states, seed + 3 + B, 1.f);
+          const zs::ConstMatrixView s(states.data(), B, c.state_dim),
+              s2(states.data() + std::size_t(B) * c.state_dim, B, c.state_dim), all(states.data(), 2 * B, c.state_dim);
+          zs::Stream stream;
+          zs::Gemm gemm(stream, zs::Precision::fp32);
+          zs::Activations on_ref(c, 2 * B), tg_ref(c, B), on(c, 2 * B), tg(c, B);
+          if (!zs::ClusterForward::supported(net, rows, &why, warps)) {
+            // Blocks of 64 rows and 16 warps of the reference net need more shared memory than a
+            // multiprocessor has: refused, naming why.
+            EXPECT_NE(why.find("does not fit a multiprocessor's shared memory"), std::string::npos) << why;
+            const std::string e =
+                zs::test::error_of([&] { const zs::ClusterForward f(net, {{&online, s, &on, 0}}, rows, warps); });
+            EXPECT_EQ(e, "ClusterForward: " + why);
+            continue;
+          }
+          net.forward(stream.exec(), gemm, online, all, on_ref);
+          net.forward(stream.exec(), gemm, target, s2, tg_ref);
+          const zs::ClusterForward fwd(net, {{&online, s, &on, 0}, {&online, s2, &on, B}, {&target, s2, &tg, 0}}, rows,
+                                       warps);
+          EXPECT_EQ(fwd.layers(), static_cast<int>(c.trunk.size()) + 2);
+          EXPECT_EQ(fwd.warps(), warps);
+          ++checked;
+          const int R = fwd.rows();
+          EXPECT_TRUE(rows == 0 ? (R == 16 || R == 32 || R == 48 || R == 64) : R == rows) << R;
+          EXPECT_EQ(fwd.clusters(), 3 * ((B + R - 1) / R));
+          fwd.enqueue(stream.exec());
+          stream.synchronize();
+          expect_same_activations(c, on, on_ref, 3e-3);  // TF32
+          expect_same_activations(c, tg, tg_ref, 3e-3);
+          if (B != 70 || rows != 0 || warps != 8) continue;
+          // A graph replay on fresh inputs gives the direct launch's bits.
+          const auto direct_out = to_host(on.branch_out);
+          Kokkos::deep_copy(on.branch_out, 7.f);
+          zs::Graph graph;
+          graph.capture(stream, [&] { fwd.enqueue(stream.exec()); });
+          graph.replay(stream);
+          stream.synchronize();
+          EXPECT_TRUE(zs::test::same_bits(to_host(on.branch_out), direct_out)) << "graph replay";
+          // A NaN in one input row: that row's outputs are NaN, every other row as before.
+          const int bad = 5;
+          auto h = to_host(states);
+          h[std::size_t(bad) * c.state_dim + 2] = std::nanf("");
+          Kokkos::deep_copy(states, Kokkos::View<const float*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>(h.data(), h.size()));
+          graph.replay(stream);
+          stream.synchronize();
+          const auto t0 = to_host(on.trunk[0]), o = to_host(on.branch_out);
+          const int w0 = c.trunk[0], wo = static_cast<int>(o.size()) / (2 * B);
+          ASSERT_EQ(static_cast<std::size_t>(wo) * 2 * B, o.size());
+          for (int r = 0; r < 2 * B; ++r) {
+            const bool poisoned = r == bad;
+            for (int col = 0; col < w0; ++col)
+              ASSERT_EQ(std::isnan(t0[std::size_t(r) * w0 + col]), poisoned) << "trunk 0, row " << r << ", column " << col;
+          }
+          // branch_out holds each branch's block of rows in turn; only the bad row's entries differ.
+          int changed = 0;
+          for (std::size_t i = 0; i < o.size(); ++i)
+            if (!zs::test::same_bits(std::vector<float>{o[i]}, std::vector<float>{direct_out[i]})) {
+              ++changed;
+              EXPECT_TRUE(std::isnan(o[i])) << "branch_out[" << i << "] changed without being NaN";
+            }
+          EXPECT_EQ(changed, c.total_actions() * c.atoms) << "the bad row's outputs, every branch";
+        }
+    EXPECT_GE(checked, 27) << "of 30 configurations; only 64 rows of 16 warps may fail to fit";
+  }
+}
+
+TEST(ClusterForward, RefusesBadPassesAndRowsNamingTheValue) {
+  const auto c = zs::Config::from_json(odd_net(5));
+  const zs::ParamLayout layout(c);
+  const zs::Network net(c, layout);
+  std::string why;
+  EXPECT_FALSE(zs::ClusterForward::supported(net, 24, &why));
+  EXPECT_EQ(why, "24 rows a cluster; expected 0 (the default), 16, 32, 48 or 64");
+  EXPECT_FALSE(zs::ClusterForward::supported(net, 16, &why, 12));
+  EXPECT_EQ(why, "12 warps a block; expected 8 or 16");
+  if (!zs::ClusterForward::supported(net)) return;  // the host: the test above says why
+  zs::ParamBuffer online(layout, "online");
+  const int B = 5;
+  zs::DeviceFloats states("states", std::size_t(B) * (c.state_dim + 1));
+  const zs::ConstMatrixView s(states.data(), B, c.state_dim), wide(states.data(), B, c.state_dim + 1);
+  zs::Activations acts(c, B);
+  auto make = [&](std::vector<zs::ForwardPass> passes, int rows) {
+    return zs::test::error_of([&] { const zs::ClusterForward f(net, passes, rows); });
+  };
+  EXPECT_EQ(make({{&online, s, &acts, 0}}, 0), "");
+  EXPECT_NE(make({{&online, s, &acts, 0}}, 24).find("24 rows a cluster; expected"), std::string::npos);
+  EXPECT_NE(make({}, 16).find("0 passes given"), std::string::npos);
+  EXPECT_NE(make({{nullptr, s, &acts, 0}}, 16).find("pass 0 has no parameters"), std::string::npos);
+  const std::string w = make({{&online, s, &acts, 0}, {&online, wide, &acts, 0}}, 16);
+  EXPECT_NE(w.find("pass 1 input is [5, " + std::to_string(c.state_dim + 1) + "]"), std::string::npos) << w;
   const std::string r = make({{&online, s, &acts, 1}}, 16);
   EXPECT_NE(r.find("writes rows 1..6 of activations with 5 rows"), std::string::npos) << r;
 }
@@ -671,6 +808,49 @@ TEST(FusedC51, RowBlocksReplayFromAGraphAsTheyLaunchDirectly) {
     ASSERT_TRUE(mg && md);
     EXPECT_EQ(mg->raw_loss, md->raw_loss);
     EXPECT_TRUE(std::isfinite(mg->raw_loss) && mg->raw_loss > 0);
+  }
+}
+
+// The step with its forward as one launch of clusters (FusedOptions::cluster_forward): from a graph
+// and directly the same bits, step after step, and the same training as the forward's phases to
+// TF32's rounding (the products sum in another order). Where the backend has no clusters the
+// trainer says why and keeps the plans.
+TEST(FusedC51, TheClusterForwardReplaysFromAGraphAndTrainsAsThePhases) {
+  const auto seed = zs::test::fresh_seed();
+  SCOPED_TRACE(testing::Message() << "seed " << seed);
+  for (const auto& j : {odd_net(seed), small_net(seed)}) {
+    const auto c = zs::Config::from_json(j);
+    auto o = fused_options(40, zs::PhasedMode::launches);
+    o.fused.cluster_forward = true;
+    zs::Trainer graph(c, o), direct(c, o), phases(c, fused_options(40, zs::PhasedMode::launches));
+    if (!zs::cluster_mlp_available()) {
+      EXPECT_FALSE(graph.fused());
+      EXPECT_NE(graph.fused_off_reason().find("cluster_forward needs thread-block clusters"), std::string::npos)
+          << graph.fused_off_reason();
+      continue;
+    }
+    ASSERT_TRUE(graph.fused()) << graph.fused_off_reason();
+    ASSERT_TRUE(phases.fused()) << phases.fused_off_reason();
+    zs::test::step_on_same_batches(graph, direct, 5, seed + 100, [](zs::Trainer& g, zs::Trainer& d) {
+      g.step();
+      d.step_direct();
+    });
+    EXPECT_TRUE(graph.graph_recorded());
+    EXPECT_TRUE(zs::test::same_bits(host_copy(graph.online().flat()), host_copy(direct.online().flat())));
+    const auto mg = graph.metrics(), md = direct.metrics();
+    ASSERT_TRUE(mg && md);
+    EXPECT_EQ(mg->raw_loss, md->raw_loss);
+    EXPECT_TRUE(std::isfinite(mg->raw_loss) && mg->raw_loss > 0);
+    // Against the phases, one step on the same batch from the same parameters.
+    zs::Trainer one(c, o);
+    zs::test::step_on_same_batches(one, phases, 1, seed + 200, [](zs::Trainer& a, zs::Trainer& b) {
+      a.step_direct();
+      b.step_direct();
+    });
+    const auto ma = one.metrics(), mb = phases.metrics();
+    ASSERT_TRUE(ma && mb);
+    EXPECT_NEAR(ma->raw_loss, mb->raw_loss, 2e-3 * std::abs(mb->raw_loss));
+    EXPECT_LT(norm_rel(host_copy(one.grad().flat()), host_copy(phases.grad().flat())), 1e-2);
   }
 }
 

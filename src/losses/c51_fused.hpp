@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "losses/loss_term.hpp"
+#include "nn/cluster_forward.hpp"
 #include "nn/fused_forward.hpp"
 #include "nn/row_block_chain.hpp"
 #include "nn/row_block_forward.hpp"
@@ -20,9 +21,10 @@ class FusedC51 {
   // projected, a*), g's trunk gradients, and every main-network tensor of `grad`; the outputs'
   // gradients go to its own buffers, whose rows it pads to four floats (g's stay unwritten).
   FusedC51(const StepContext& ctx, Gradients& g, const ParamBuffer& grad, const FusedOptions& options);
-  // The row-block forward first when FusedOptions::row_block_forward asks for it.
+  // The row-block or cluster forward first when FusedOptions asks for it.
   void enqueue(const ExecSpace& exec) const {
     if (row_blocks_) row_blocks_->enqueue(exec);
+    if (clusters_) clusters_->enqueue(exec);
     kernel_.enqueue(exec);
   }
   const FusedKernel& kernel() const { return kernel_; }
@@ -34,6 +36,7 @@ class FusedC51 {
   DeviceFloats dz_hidden_;      // [1 + K][B][head_hidden]: each head's gradient below its ReLU
   Kokkos::View<float**, Kokkos::LayoutRight, MemSpace> ce_;  // [B, K]
   std::unique_ptr<RowBlockForward> row_blocks_;  // FusedOptions::row_block_forward
+  std::unique_ptr<ClusterForward> clusters_;     // FusedOptions::cluster_forward
   std::unique_ptr<RowBlockChain> chain_;         // FusedOptions::row_block_backward, launched by kernel_
   FusedKernel kernel_;
 };

@@ -5,6 +5,7 @@
 #include <numeric>
 #include <tuple>
 
+#include "backends/cluster_mlp.hpp"
 #include "backends/host_copy.hpp"
 #include "backends/warp_tile.hpp"
 #include "core/error.hpp"
@@ -124,6 +125,13 @@ bool fused_supports(const Config& c, const FusedOptions& o, std::string* reason)
     return no(str("row_block_forward = ", o.row_block_forward, "; expected 0 (off), 16 or 32 rows a block"));
   if (o.row_block_forward != 0 && !o.fuse_head_loss)
     return no("row_block_forward needs fuse_head_loss: the row blocks leave the dueling head to the loss");
+  if (o.cluster_forward && !o.fuse_head_loss)
+    return no("cluster_forward needs fuse_head_loss: the clusters leave the dueling head to the loss");
+  if (o.cluster_forward && o.row_block_forward != 0)
+    return no(str("cluster_forward and row_block_forward = ", o.row_block_forward,
+                  " both asked for; expected one forward"));
+  if (o.cluster_forward && !cluster_mlp_available())
+    return no("cluster_forward needs thread-block clusters (CUDA, sm_90); this backend has none");
   if (o.row_block_backward != 0 && o.row_block_backward != 16 && o.row_block_backward != 32)
     return no(str("row_block_backward = ", o.row_block_backward, "; expected 0 (off), 16 or 32 rows a block"));
   if (o.row_block_backward != 0 && o.mode == PhasedMode::persistent)

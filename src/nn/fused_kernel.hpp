@@ -101,6 +101,11 @@ struct FusedOptions {
   // block of this many rows: 16 or 32) instead of its product phases; 0: the phases. Needs
   // fuse_head_loss. A prototype under measurement (docs/performance.md, twenty-fourth session).
   int row_block_forward = 0;
+  // The C51 step's forward (every layer of the three passes; the loss forms the dueling head) as one
+  // launch of thread-block clusters before the fused kernel (nn/cluster_forward.hpp: CUDA sm_90),
+  // instead of its product phases. Needs fuse_head_loss and a backend with clusters; not with
+  // row_block_forward. A design under measurement (docs/performance.md, twenty-eighth session).
+  bool cluster_forward = false;
   // The C51 step's input-gradient chain (the heads' and the trunk's, nn/row_block_chain.hpp) as one
   // row-block launch of this many rows a block (16 or 32) between the loss and one phase of every
   // weight gradient, instead of four phases of both; 0: the phases. Needs the phases launched one
