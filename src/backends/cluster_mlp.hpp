@@ -87,6 +87,23 @@ struct ClusterMlpArgs {
 
 KOKKOS_INLINE_FUNCTION constexpr int cluster_mlp_stamps(int layers) { return 3 + 4 * layers; }
 
+// Which of a layer's `tiles` block `rank` takes: [tiles·rank/8, tiles·(rank + 1)/8). The host
+// sizes a block's shared memory with these and the kernel walks its tiles with them, so both
+// must count alike.
+KOKKOS_INLINE_FUNCTION constexpr int cluster_mlp_first_tile(int tiles, int rank) {
+  return tiles * rank / kClusterMlpBlocks;
+}
+KOKKOS_INLINE_FUNCTION constexpr int cluster_mlp_tile_count(int tiles, int rank) {
+  return tiles * (rank + 1) / kClusterMlpBlocks - tiles * rank / kClusterMlpBlocks;
+}
+// The shares of a tile's k-steps a block's `warps` warps take where it has fewer tiles (nt) than
+// warps: as many as fill the warps, at most one a k-step.
+KOKKOS_INLINE_FUNCTION constexpr int cluster_mlp_k_parts(int nt, int warps, int k_steps) {
+  if (nt <= 0) return 1;
+  const int parts = warps / nt < k_steps ? warps / nt : k_steps;
+  return parts < 1 ? 1 : parts;
+}
+
 // Rows a cluster may carry.
 inline constexpr int kClusterMlpMaxRows = 64;
 

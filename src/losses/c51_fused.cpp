@@ -40,18 +40,16 @@ FusedC51::FusedC51(const StepContext& ctx, Gradients& g, const ParamBuffer& grad
   const std::vector<ForwardPass> passes{{&ctx.online, ctx.batch.states(), &online, 0},
                                         {&ctx.online, ctx.batch.next_states(), &online, B},
                                         {&ctx.target, ctx.batch.next_states(), &target, 0}};
-  if (options.cluster_forward) {
-    // The clusters write what the forward's phases would, in a launch before the kernel's.
+  if (options.cluster_forward || options.row_block_forward != 0) {
+    // The clusters or the row blocks write what the forward's phases would, in a launch before
+    // the kernel's.
     std::string why;
     require(fused_supports(c, options, &why), "FusedC51: ", why);
     program.dueling = dueling_tiles(net, passes, options);
-    clusters_ = std::make_unique<ClusterForward>(net, passes);
-  } else if (options.row_block_forward != 0) {
-    // The row blocks write what the forward's phases would, in a launch before the kernel's.
-    std::string why;
-    require(fused_supports(c, options, &why), "FusedC51: ", why);
-    program.dueling = dueling_tiles(net, passes, options);
-    row_blocks_ = std::make_unique<RowBlockForward>(net, passes, options.row_block_forward);
+    if (options.cluster_forward)
+      clusters_ = std::make_unique<ClusterForward>(net, passes);
+    else
+      row_blocks_ = std::make_unique<RowBlockForward>(net, passes, options.row_block_forward);
   } else {
     program.dueling = add_forward_phases(b, net, passes, options, !options.fuse_head_loss);
   }

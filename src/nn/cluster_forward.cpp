@@ -31,9 +31,8 @@ struct Stack {
     int most = 0;
     for (const ClusterMlpLayer& L : layers)
       for (int rank = 0; rank < kClusterMlpBlocks; ++rank) {
-        const int nt = L.tiles * (rank + 1) / kClusterMlpBlocks - L.tiles * rank / kClusterMlpBlocks;
-        const int parts = nt > 0 ? std::max(1, std::min(warps / nt, L.k_steps)) : 1;
-        most = std::max(most, nt * parts);
+        const int nt = cluster_mlp_tile_count(L.tiles, rank);
+        most = std::max(most, nt * cluster_mlp_k_parts(nt, warps, L.k_steps));
       }
     return most;
   }
@@ -99,8 +98,7 @@ Stack stack_of(const Network& net) {
     p = std::max(p, pitch_of(in_width[l]));
     const ClusterMlpLayer& L = s.layers[l];
     for (int rank = 0; rank < kClusterMlpBlocks; ++rank)
-      tiles_of_rank[static_cast<std::size_t>(rank)] +=
-          L.tiles * (rank + 1) / kClusterMlpBlocks - L.tiles * rank / kClusterMlpBlocks;
+      tiles_of_rank[static_cast<std::size_t>(rank)] += cluster_mlp_tile_count(L.tiles, rank);
   }
   s.block_tiles = *std::max_element(tiles_of_rank.begin(), tiles_of_rank.end());
   return s;

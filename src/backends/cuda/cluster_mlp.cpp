@@ -51,14 +51,10 @@ __host__ __device__ inline std::size_t buffer_floats(const ClusterMlpArgs& a) {
   return static_cast<std::size_t>(a.rows) * (a.pitch[0] + a.pitch[1]) + static_cast<std::size_t>(a.stage_floats);
 }
 
-// Block `rank`'s tiles of a layer: [tiles·rank/8, tiles·(rank + 1)/8).
-__device__ inline int first_tile(const ClusterMlpLayer& L, int rank) { return L.tiles * rank / kBlocks; }
-__device__ inline int tile_count(const ClusterMlpLayer& L, int rank) {
-  return L.tiles * (rank + 1) / kBlocks - L.tiles * rank / kBlocks;
-}
-// Warps share a tile's k-steps where the block has fewer tiles than warps.
+__device__ inline int first_tile(const ClusterMlpLayer& L, int rank) { return cluster_mlp_first_tile(L.tiles, rank); }
+__device__ inline int tile_count(const ClusterMlpLayer& L, int rank) { return cluster_mlp_tile_count(L.tiles, rank); }
 __device__ inline int k_parts(const ClusterMlpLayer& L, int nt, int warps) {
-  return nt > 0 ? max(1, min(warps / nt, L.k_steps)) : 1;
+  return cluster_mlp_k_parts(nt, warps, L.k_steps);
 }
 
 // A warp's share of a layer: tile i of the block's (at `slot` among its tiles of every layer),
