@@ -70,21 +70,38 @@ BENCHMARK(BM_TrainIterationRowBlocks)
     ->Unit(benchmark::kMicrosecond);
 
 // The collect beside the training step (LoopOptions::overlap_collect); rows: the actors on row
-// blocks of 16 (16) or on the fused forward where it runs, else the launch plans (0).
+// blocks of 16 (16) or on the fused forward where it runs, else the launch plans (0); path: the
+// launches around the step (LoopOptions::replay_beside and one_launch_head): 0 the schedules, the
+// copy, the draw and the gather each a launch, the insert and the priority update after the join
+// (the twenty-seventh session's loop); 1 the insert beside the step; 2 that and the head as one
+// launch; 3 the insert and the priority update beside, the head as one launch (the defaults);
+// 4 the head alone; 5 the insert and the priority update beside, the head as four launches.
 void BM_TrainIterationOverlap(benchmark::State& state) {
   zs::LoopOptions options;
   options.overlap_collect = zs::CollectOverlap::on;
   options.row_block_acting = static_cast<int>(state.range(3));
   options.row_block_acting_max_rows = static_cast<int>(state.range(1));
+  const std::int64_t path = state.range(4);
+  using B = zs::ReplayBeside;
+  options.replay_beside = path == 1 || path == 2 ? B::insert : path == 3 || path == 5 ? B::insert_and_priorities : B::none;
+  options.one_launch_head = path >= 2 && path <= 4;
   train_iteration(state, options);
 }
 BENCHMARK(BM_TrainIterationOverlap)
-    ->ArgNames({"market", "envs", "train", "rows"})
-    ->Args({0, 8, 1, 16})
-    ->Args({0, 8, 1, 0})
-    ->Args({0, 256, 1, 0})
-    ->Args({1, 64, 1, 0})
-    ->Args({1, 4096, 1, 0})
+    ->ArgNames({"market", "envs", "train", "rows", "path"})
+    ->Args({0, 8, 1, 16, 0})
+    ->Args({0, 8, 1, 16, 1})
+    ->Args({0, 8, 1, 16, 2})
+    ->Args({0, 8, 1, 16, 3})
+    ->Args({0, 8, 1, 16, 4})
+    ->Args({0, 8, 1, 16, 5})
+    ->Args({0, 8, 1, 0, 0})
+    ->Args({0, 8, 1, 0, 3})
+    ->Args({0, 256, 1, 0, 0})
+    ->Args({0, 256, 1, 0, 3})
+    ->Args({1, 64, 1, 0, 0})
+    ->Args({1, 64, 1, 0, 3})
+    ->Args({1, 4096, 1, 0, 3})
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 

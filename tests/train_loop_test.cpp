@@ -136,6 +136,22 @@ zs::safetensors::File checkpoint_of(const zs::TrainLoop& loop, const std::string
   return f;
 }
 
+// Every tensor of two loops' checkpoints (environments, replay and its sum-tree, counters,
+// parameters and optimizer) the same bits.
+void expect_same_checkpoint(const zs::TrainLoop& a, const zs::TrainLoop& b) {
+  const zs::safetensors::File fa = checkpoint_of(a, "same-a.safetensors"), fb = checkpoint_of(b, "same-b.safetensors");
+  ASSERT_EQ(fa.tensors.size(), fb.tensors.size());
+  int compared = 0;
+  for (const auto& [name, t] : fa.tensors) {
+    const auto it = fb.tensors.find(name);
+    ASSERT_NE(it, fb.tensors.end()) << name;
+    EXPECT_EQ(t.shape, it->second.shape) << name;
+    EXPECT_TRUE(t.bytes == it->second.bytes) << "tensor " << name << " differs";
+    ++compared;
+  }
+  EXPECT_GT(compared, 20);
+}
+
 // Two loops side by side for n iterations, then both finished on the device.
 void iterate_both(zs::TrainLoop& a, zs::TrainLoop& b, int n) {
   for (int i = 0; i < n; ++i) {
@@ -335,17 +351,7 @@ TEST(TrainLoop, RowBlockCollectKeepsEveryBitOfTheSeparateLaunches) {
     EXPECT_GT(with.updates(), 0);
     expect_same_q(with, without);
 
-    const zs::safetensors::File fa = checkpoint_of(with, "rb-a.safetensors"), fb = checkpoint_of(without, "rb-b.safetensors");
-    ASSERT_EQ(fa.tensors.size(), fb.tensors.size());
-    int compared = 0;
-    for (const auto& [name, t] : fa.tensors) {
-      const auto it = fb.tensors.find(name);
-      ASSERT_NE(it, fb.tensors.end()) << name;
-      EXPECT_EQ(t.shape, it->second.shape) << name;
-      EXPECT_TRUE(t.bytes == it->second.bytes) << "tensor " << name << " differs";
-      ++compared;
-    }
-    EXPECT_GT(compared, 20);
+    expect_same_checkpoint(with, without);
 
     with.enqueue_eval();
     with.synchronize();
@@ -499,6 +505,64 @@ TEST(TrainLoop, OverlappedCollectActsOnTheParametersTheIterationStartedWith) {
     ++compared;
   }
   EXPECT_GE(compared, 8);
+}
+
+// The overlapped iteration's launch layouts (LoopOptions::replay_beside, one_launch_head and the
+// gather in the head or a launch of its own) do the same work in the same order on the replay, so
+// after training steps every tensor of a checkpoint keeps the bits of the separate launches, with
+// the actor on row blocks and without. A negative head_gather_max is refused naming the value.
+TEST(TrainLoop, OverlappedLaunchLayoutsKeepEveryBitOfTheSeparateLaunches) {
+  const auto seed = fresh_seed();
+  SCOPED_TRACE(testing::Message() << "seed " << seed);
+  zs::TrainConfig c = small_cartpole(seed);
+  c.learning_starts = 40;
+  using B = zs::ReplayBeside;
+  struct Layout {
+    B beside;
+    bool head;
+    std::int64_t gather_max;
+  };
+  // c.batch_size × the state's 4 values = 128: 512 gathers in the head, 0 in a launch of its own.
+  const Layout layouts[] = {{B::insert, false, 512},
+                            {B::insert, true, 512},
+                            {B::none, true, 512},
+                            {B::insert_and_priorities, false, 512},
+                            {B::insert_and_priorities, true, 512},
+                            {B::insert_and_priorities, true, 0}};
+  for (const int rows : {16, 0}) {
+    zs::LoopOptions separate;
+    separate.overlap_collect = zs::CollectOverlap::on;
+    separate.row_block_acting = rows;
+    separate.replay_beside = B::none;
+    separate.one_launch_head = false;
+    zs::TrainLoop reference(c, nullptr, separate);
+    for (int i = 0; i < 60; ++i) reference.iterate();
+    reference.synchronize();
+    ASSERT_GT(reference.updates(), 0);
+    for (const Layout& l : layouts) {
+      SCOPED_TRACE(testing::Message() << rows << " rows a block; beside " << static_cast<int>(l.beside)
+                                      << ", one-launch head " << l.head << ", gather in the head up to "
+                                      << l.gather_max);
+      zs::LoopOptions o = separate;
+      o.replay_beside = l.beside;
+      o.one_launch_head = l.head;
+      o.head_gather_max = l.gather_max;
+      zs::TrainLoop loop(c, nullptr, o);
+      ASSERT_TRUE(loop.overlaps_collect());
+      for (int i = 0; i < 60; ++i) loop.iterate();
+      loop.synchronize();
+      EXPECT_EQ(loop.updates(), reference.updates());
+      expect_same_checkpoint(loop, reference);
+    }
+  }
+  zs::LoopOptions bad;
+  bad.head_gather_max = -1;
+  try {
+    zs::TrainLoop loop(c, nullptr, bad);
+    ADD_FAILURE() << "head_gather_max = -1 was taken";
+  } catch (const zs::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("head_gather_max = -1"), std::string::npos) << e.what();
+  }
 }
 
 // The default overlaps the collect where the config allows it (updates = 1) and runs one after

@@ -282,13 +282,19 @@ void replay_insert(const Exec& exec, const ReplayInsertData<Exec>& data) {
   Kokkos::parallel_for("zs::replay_insert_tree", sum_tree_team(exec, tree), tree);
 }
 
+// A batch's draw and the gather of its states (Replay::sample_stage).
 template <class Exec>
-void replay_sample(const Exec& exec, const ReplaySampleDraw<Exec>& draw, const Kokkos::View<float*, typename Exec::memory_space>& states) {
-  Kokkos::parallel_for("zs::replay_sample_draw", sum_tree_team(exec, draw), draw);
+struct ReplaySample {
+  ReplaySampleDraw<Exec> draw;
+  ReplaySampleGather<Exec> gather;
+  std::int64_t gather_count = 0;  // B × state size
+};
+
+template <class Exec>
+void replay_sample(const Exec& exec, const ReplaySample<Exec>& s) {
+  Kokkos::parallel_for("zs::replay_sample_draw", sum_tree_team(exec, s.draw), s.draw);
   Kokkos::parallel_for("zs::replay_sample_gather",
-                       Kokkos::RangePolicy<Exec, Kokkos::IndexType<std::int64_t>>(
-                           exec, 0, std::int64_t(draw.out.idx.extent(0)) * draw.st.obs_dim),
-                       ReplaySampleGather<Exec>{draw.st, draw.out, states});
+                       Kokkos::RangePolicy<Exec, Kokkos::IndexType<std::int64_t>>(exec, 0, s.gather_count), s.gather);
 }
 
 template <class Exec>

@@ -100,7 +100,7 @@ kernels::ReplayInsertData<ExecSpace> Replay::insert_stage(
   return kernels::ReplayInsertData<ExecSpace>{st_, obs, next_obs, actions, reward, terminated, truncated};
 }
 
-void Replay::sample(const ExecSpace& exec, DeviceBatch& batch, Kokkos::View<const float, MemSpace> beta) {
+kernels::ReplaySample<ExecSpace> Replay::sample_stage(DeviceBatch& batch, Kokkos::View<const float, MemSpace> beta) {
   const std::size_t B = batch.size > 0 ? batch.size : 0, S = obs_dim_, K = branches_;
   require(batch.size >= 1, "Replay::sample: batch size ", batch.size, "; expected at least 1");
   require(batch.stacked_states.extent(0) == 2 * B * S, "Replay::sample: batch states hold ",
@@ -126,7 +126,12 @@ void Replay::sample(const ExecSpace& exec, DeviceBatch& batch, Kokkos::View<cons
   draw.weights = batch.weights;
   draw.beta = beta;
   draw.gamma = static_cast<double>(rc_.gamma);
-  kernels::replay_sample(exec, draw, batch.stacked_states);
+  return {draw, kernels::ReplaySampleGather<ExecSpace>{st_, sampled_, batch.stacked_states},
+          static_cast<std::int64_t>(B * S)};
+}
+
+void Replay::sample(const ExecSpace& exec, DeviceBatch& batch, Kokkos::View<const float, MemSpace> beta) {
+  kernels::replay_sample(exec, sample_stage(batch, beta));
 }
 
 void Replay::update_priorities(const ExecSpace& exec, Kokkos::View<const float*, MemSpace> priorities) {

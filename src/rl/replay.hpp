@@ -48,6 +48,9 @@ class Replay {
   // (M·P(i))^−β / max over the batch, β read from the device. The first call with a batch size
   // allocates the index buffers: run it once before graph capture (the usual warm-up).
   void sample(const ExecSpace& exec, DeviceBatch& batch, Kokkos::View<const float, MemSpace> beta);
+  // sample()'s kernels as a stage of another launch (kernels/loop_head.hpp): the same checks and
+  // the same first-call allocation, nothing enqueued.
+  kernels::ReplaySample<ExecSpace> sample_stage(DeviceBatch& batch, Kokkos::View<const float, MemSpace> beta);
 
   // Enqueue: for the last sample's entries, priority ← (|p| + priority_eps)^α (no-op when uniform).
   void update_priorities(const ExecSpace& exec, Kokkos::View<const float*, MemSpace> priorities);

@@ -3,9 +3,11 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <utility>
 #include <vector>
 
+#include "kernels/loop_head.hpp"
 #include "kernels/loop_schedules.hpp"
 #include "backends/host_copy.hpp"
 #include "core/safetensors.hpp"
@@ -75,6 +77,7 @@ nlohmann::json without_steps(const TrainConfig& c) {
 
 TrainLoop::TrainLoop(const TrainConfig& config, ProcessGroup* group, const LoopOptions& options)
     : config_((config.validate(), config)),
+      options_(options),
       group_(group ? group : &ProcessGroup::solo()),
       report_box_("zs::loop::report"),
       eval_box_("zs::loop::eval") {
@@ -92,6 +95,8 @@ TrainLoop::TrainLoop(const TrainConfig& config, ProcessGroup* group, const LoopO
   auto row_blocks_for = [&](int rows) {
     return rows <= options.row_block_acting_max_rows ? options.row_block_acting : 0;
   };
+  require(options.head_gather_max >= 0, "LoopOptions::head_gather_max = ", options.head_gather_max,
+          "; expected >= 0 (state values the head's launch gathers)");
   if (options.overlap_collect == CollectOverlap::on)
     require(config_.updates == 1, "LoopOptions::overlap_collect: the config has updates = ", config_.updates,
             "; expected 1 (one training step an iteration beside the collect)");
@@ -166,17 +171,37 @@ void TrainLoop::enqueue_acting(const ExecSpace& exec, const ParamBuffer& params,
   if (insert) enqueue_insert(exec);
 }
 
+void TrainLoop::enqueue_sample() { replay_->sample(trainer_->stream().exec(), trainer_->batch(), beta_); }
+
 void TrainLoop::begin_overlapped_collect() {
   const auto& exec = trainer_->stream().exec();
-  enqueue_schedules(exec);
-  kernels::copy_flat<ExecSpace, float>(exec, trainer_->online().flat(), acting_params_->flat());
+  const kernels::CopyFlat<ExecSpace, float> params{trainer_->online().flat(), acting_params_->flat()};
+  if (options_.one_launch_head) {
+    kernels::launch_loop_head(exec, kernels::AdvanceSchedules<ExecSpace>{counters_, schedules(), config_.envs},
+                              replay_->sample_stage(trainer_->batch(), beta_), params, options_.head_gather_max);
+  } else {
+    enqueue_schedules(exec);
+    kernels::copy_flat<ExecSpace, float>(exec, params.src, params.dst);
+    // With the insert beside the step, the draw must come before the fork: the side lane's insert
+    // writes the tree the draw reads.
+    if (insert_beside()) enqueue_sample();
+  }
   side_->fork();
-  enqueue_acting(side_->exec(), *acting_params_, false, false);
+  enqueue_acting(side_->exec(), *acting_params_, false, insert_beside());
+  if (!options_.one_launch_head && !insert_beside()) enqueue_sample();
 }
 
 void TrainLoop::end_overlapped_collect() {
   side_->join();
-  enqueue_insert(trainer_->stream().exec());
+  const auto& exec = trainer_->stream().exec();
+  if (!insert_beside()) enqueue_insert(exec);
+  if (options_.replay_beside != ReplayBeside::insert_and_priorities) enqueue_priorities(exec);
+}
+
+bool TrainLoop::insert_beside() const { return options_.replay_beside != ReplayBeside::none; }
+
+void TrainLoop::enqueue_priorities(const ExecSpace& exec) {
+  replay_->update_priorities(exec, trainer_->loss().priorities, alpha_);
 }
 
 void TrainLoop::enqueue_collect() {
@@ -194,22 +219,16 @@ void TrainLoop::iterate() {
   group_->alive();
   const bool trains = (iterations_ + 1) * config_.envs >= config_.learning_starts &&
                       (iterations_ + 1) % config_.train_every == 0;
-  auto sample = [this] { replay_->sample(trainer_->stream().exec(), trainer_->batch(), beta_); };
-  auto priorities = [this] {
-    replay_->update_priorities(trainer_->stream().exec(), trainer_->loss().priorities, alpha_);
-  };
   if (side_ && trains) {
     // One graph: the schedules, the acting parameters and the batch's draw, then the step beside
-    // the acting, then the insert and the priorities (overlap_collect: updates = 1).
-    trainer_->step_with(
-        [this, sample] {
-          begin_overlapped_collect();
-          sample();
-        },
-        [this, priorities] {
-          end_overlapped_collect();
-          priorities();
-        });
+    // the acting (and the replay's work, LoopOptions::replay_beside) (overlap_collect: updates = 1).
+    std::function<void()> after_loss;
+    if (options_.replay_beside == ReplayBeside::insert_and_priorities)
+      after_loss = [this] {
+        side_->fork();  // the side lane's insert is queued before this, so it comes first
+        enqueue_priorities(side_->exec());
+      };
+    trainer_->step_with([this] { begin_overlapped_collect(); }, [this] { end_overlapped_collect(); }, after_loss);
     ++iterations_;
     if (replica_) replica_->after_step();
     ++updates_;
@@ -220,7 +239,7 @@ void TrainLoop::iterate() {
   if (!trains) return;
   for (int u = 0; u < config_.updates; ++u) {
     // Sampling, the step and the priority update as one graph launch.
-    trainer_->step_with(sample, priorities);
+    trainer_->step_with([this] { enqueue_sample(); }, [this] { enqueue_priorities(trainer_->stream().exec()); });
     if (replica_) replica_->after_step();
     ++updates_;
   }

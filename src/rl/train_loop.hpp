@@ -45,6 +45,9 @@ struct EvalResult {
 // Whether an iteration that trains runs its collect beside the step (LoopOptions::overlap_collect).
 enum class CollectOverlap { off, where_possible, on };
 
+// Which of the replay's work an overlapped iteration runs on the side lane (LoopOptions::replay_beside).
+enum class ReplayBeside { none, insert, insert_and_priorities };
+
 // How the loop runs, beside what it trains (TrainConfig).
 struct LoopOptions {
   // The actors' forward (acting and evaluation) as the fused step's kernel (Actor's fused
@@ -74,6 +77,19 @@ struct LoopOptions {
   // (8 envs) took 99.4 µs an iteration against 133.8 without (10.06 k training steps/s), and the
   // market loop (64 envs) 148.5 against 205.0.
   CollectOverlap overlap_collect = CollectOverlap::where_possible;
+  // How an overlapped iteration (above) places its launches around the step; the same work in
+  // the same order on the replay, so the same bits whichever (BM_TrainIterationOverlap's `path`
+  // measures them). replay_beside: `insert` puts the replay insert on the side lane after the
+  // environments' step (inside the collect's tail launch where the actor is on row blocks), the
+  // batch drawn before the fork; `insert_and_priorities` also forks the priority update onto the
+  // side lane once the step's loss terms have run (it runs beside the optimizer), so the step's
+  // last kernel ends the iteration; `none`: both after the join. one_launch_head: the
+  // schedules, the copy of the parameters the actor reads and the batch's draw as one launch
+  // (kernels/loop_head.hpp), with the gather of the batch's states in it too where the batch has
+  // at most head_gather_max state values (B × state size), else a launch of its own after it.
+  ReplayBeside replay_beside = ReplayBeside::insert_and_priorities;
+  bool one_launch_head = true;
+  std::int64_t head_gather_max = 512;
 };
 
 // With a ProcessGroup of several ranks (mpirun), each rank runs this loop on its own
@@ -156,6 +172,9 @@ class TrainLoop {
   // stream (the batch's draw and the step) runs beside it until end_…: the join, the insert.
   void begin_overlapped_collect();
   void end_overlapped_collect();
+  void enqueue_sample();
+  void enqueue_priorities(const ExecSpace& exec);
+  bool insert_beside() const;
   void enqueue_eval_step();
   void collect_eval_record();
   // This rank's loop state (every tensor but the trainer's).
@@ -164,6 +183,7 @@ class TrainLoop {
   void load_file(const safetensors::File& f);
 
   TrainConfig config_;
+  LoopOptions options_;
   ProcessGroup* group_;
   std::unique_ptr<Trainer> trainer_;
   std::unique_ptr<VecEnv> env_, eval_env_;

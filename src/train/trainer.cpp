@@ -265,8 +265,11 @@ std::optional<StepMetrics> Trainer::term_metrics() const {
   return m;
 }
 
-void Trainer::enqueue_step() {
-  for (Phase p : kPhases) enqueue_phase(p);
+void Trainer::enqueue_step(const std::function<void()>& after_loss) {
+  for (Phase p : kPhases) {
+    enqueue_phase(p);
+    if (p == Phase::loss_terms && after_loss) after_loss();
+  }
 }
 
 void Trainer::step_direct() {
@@ -296,10 +299,12 @@ void Trainer::step() {
   ++steps_;
 }
 
-void Trainer::step_with(const std::function<void()>& before, const std::function<void()>& after) {
+void Trainer::step_with(const std::function<void()>& before, const std::function<void()>& after,
+                        const std::function<void()>& after_loss) {
   if (!options_.use_graph) {
     before();
-    step_direct();
+    enqueue_step(after_loss);
+    ++steps_;
     after();
     return;
   }
@@ -309,9 +314,9 @@ void Trainer::step_with(const std::function<void()>& before, const std::function
   }
   // The recording keeps its own copies: a host graph's replay calls it after this call's
   // arguments are gone (they were read through dangling references before).
-  run_graph(*graph_with_, [this, before, after] {
+  run_graph(*graph_with_, [this, before, after, after_loss] {
     before();
-    enqueue_step();
+    enqueue_step(after_loss);
     after();
   });
   ++steps_;

@@ -132,7 +132,10 @@ class Trainer {
   // call records before + step + after; every later call replays that recording, so `before` and
   // `after` must enqueue the same work on stream() each time (their arguments are frozen too),
   // and the recording keeps copies of them: they must not capture the caller's locals by reference.
-  void step_with(const std::function<void()>& before, const std::function<void()>& after);
+  // `after_loss`, where given, is enqueued right after the loss terms (every term's priorities are
+  // final there): the training loop forks its priority update onto its side lane at that point.
+  void step_with(const std::function<void()>& before, const std::function<void()>& after,
+                 const std::function<void()>& after_loss = {});
   std::int64_t steps_enqueued() const { return steps_; }
   bool graph_recorded() const { return graph_ && graph_->captured(); }
   std::size_t graph_nodes() const { return graph_ ? graph_->node_count() : 0; }
@@ -219,7 +222,7 @@ class Trainer {
  private:
   // Graph::run, made safe for a step with a collective (below).
   void run_graph(Graph& graph, const std::function<void()>& body);
-  void enqueue_step();
+  void enqueue_step(const std::function<void()>& after_loss = {});
   // Whether the records' posts go beside the update (TrainerOptions::posts_beside, with a side lane).
   bool posts_beside() const;
   // The loss terms' record and its post, with more than one term; nothing otherwise.
