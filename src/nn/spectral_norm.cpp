@@ -69,8 +69,6 @@ SpectralNorm::SpectralNorm(const ParamLayout& layout, float sigma_max, std::uint
     random_unit(init, d.v_offset, d.cols, state);
   }
 
-  plan_ = kernels::make_spectral_norm_plan<ExecSpace>(host_descs_);
-
   uv_init_ = DeviceFloats(std::string("zs::spectral_norm::uv_init"), init.size());
   auto h_init = Kokkos::create_mirror_view(uv_init_);
   for (std::size_t i = 0; i < init.size(); ++i) h_init(i) = init[i];
@@ -90,6 +88,8 @@ SpectralNorm::SpectralNorm(const ParamLayout& layout, float sigma_max, std::uint
       Kokkos::deep_copy(cluster_matrices_, h);
     }
   }
+  // The three launches' plan only where they run (its tables are device allocations).
+  if (cluster_bytes_ == 0) plan_ = kernels::make_spectral_norm_plan<ExecSpace>(host_descs_);
 }
 
 void SpectralNorm::apply(const ExecSpace& exec, const DeviceFloats& params, Kokkos::View<const int, MemSpace> skip) const {
