@@ -79,7 +79,7 @@ BENCHMARK(BM_TrainIterationRowBlocks)
 void BM_TrainIterationOverlap(benchmark::State& state) {
   zs::LoopOptions options;
   options.overlap_collect = zs::CollectOverlap::on;
-  options.row_block_acting = static_cast<int>(state.range(3));
+  options.row_block_acting = options.row_block_acting_beside = static_cast<int>(state.range(3));
   options.row_block_acting_max_rows = static_cast<int>(state.range(1));
   const std::int64_t path = state.range(4);
   using B = zs::ReplayBeside;
@@ -96,7 +96,11 @@ BENCHMARK(BM_TrainIterationOverlap)
     ->Args({0, 8, 1, 16, 4})
     ->Args({0, 8, 1, 16, 5})
     ->Args({0, 8, 1, 0, 0})
+    ->Args({0, 8, 1, 0, 1})
+    ->Args({0, 8, 1, 0, 2})
     ->Args({0, 8, 1, 0, 3})
+    ->Args({0, 8, 1, 0, 4})
+    ->Args({0, 8, 1, 0, 5})
     ->Args({0, 256, 1, 0, 0})
     ->Args({0, 256, 1, 0, 3})
     ->Args({1, 64, 1, 0, 0})

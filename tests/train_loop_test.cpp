@@ -339,7 +339,7 @@ TEST(TrainLoop, RowBlockCollectKeepsEveryBitOfTheSeparateLaunches) {
     SCOPED_TRACE(testing::Message() << rows << " rows a block, overlap " << static_cast<int>(overlap));
     zs::LoopOptions rb, plain;
     rb.fused_acting = plain.fused_acting = false;
-    rb.row_block_acting = rows;
+    rb.row_block_acting = rb.row_block_acting_beside = rows;
     plain.row_block_acting = 0;
     rb.overlap_collect = plain.overlap_collect = overlap;
     zs::TrainLoop with(c, nullptr, rb), without(c, nullptr, plain);
@@ -369,7 +369,7 @@ TEST(TrainLoop, RowBlockCollectTrainsAndSaysWhyWhereItCannot) {
   zs::TrainConfig c = small_cartpole(seed);
   c.learning_starts = 40;
   zs::LoopOptions rb;
-  rb.row_block_acting = 16;
+  rb.row_block_acting = rb.row_block_acting_beside = 16;
   zs::TrainLoop loop(c, nullptr, rb);
   ASSERT_EQ(loop.actor().row_blocks(), 16) << loop.actor().row_block_off_reason();
   const auto before = flat_params(loop.trainer());
@@ -379,6 +379,14 @@ TEST(TrainLoop, RowBlockCollectTrainsAndSaysWhyWhereItCannot) {
   const auto m = loop.trainer().metrics();
   ASSERT_TRUE(m.has_value());
   EXPECT_FALSE(m->halt_nan);
+  // Where the collect runs beside the step (the default, updates = 1), the training actor takes
+  // row_block_acting_beside (0 by default) and the evaluation actor row_block_acting.
+  zs::LoopOptions beside;
+  beside.row_block_acting = 16;
+  zs::TrainLoop fused_beside(c, nullptr, beside);
+  ASSERT_TRUE(fused_beside.overlaps_collect());
+  EXPECT_EQ(fused_beside.actor().row_blocks(), 0);
+  EXPECT_EQ(fused_beside.eval_actor().row_blocks(), 16) << fused_beside.eval_actor().row_block_off_reason();
   // More environments than row_block_acting_max_rows: the actor as without the option.
   rb.row_block_acting_max_rows = c.envs - 1;
   zs::TrainLoop over(c, nullptr, rb);
@@ -532,7 +540,7 @@ TEST(TrainLoop, OverlappedLaunchLayoutsKeepEveryBitOfTheSeparateLaunches) {
   for (const int rows : {16, 0}) {
     zs::LoopOptions separate;
     separate.overlap_collect = zs::CollectOverlap::on;
-    separate.row_block_acting = rows;
+    separate.row_block_acting = separate.row_block_acting_beside = rows;
     separate.replay_beside = B::none;
     separate.one_launch_head = false;
     zs::TrainLoop reference(c, nullptr, separate);

@@ -105,7 +105,9 @@ TrainLoop::TrainLoop(const TrainConfig& config, ProcessGroup* group, const LoopO
     acting_params_ = std::make_unique<ParamBuffer>(trainer_->layout(), "zs::loop::acting_params");
   }
   actor_ = std::make_unique<Actor>(net, trainer_->layout(), side_ ? side_->stream() : trainer_->stream(), config_.envs,
-                                   kernels::ActingRng{seed, 1}, fused_for(config_.envs), row_blocks_for(config_.envs));
+                                   kernels::ActingRng{seed, 1}, fused_for(config_.envs),
+                                   side_ ? (config_.envs <= options.row_block_acting_max_rows ? options.row_block_acting_beside : 0)
+                                         : row_blocks_for(config_.envs));
   if (group_->size() > 1) replica_ = std::make_unique<ReplicaCheck>(*trainer_, *group_, kReplicaCheckEvery);
   eval_actor_ = std::make_unique<Actor>(net, trainer_->layout(), trainer_->stream(), config_.eval_episodes,
                                         kernels::ActingRng{config_.seed, 2}, fused_for(config_.eval_episodes),
