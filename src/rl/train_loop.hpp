@@ -74,8 +74,8 @@ struct LoopOptions {
   int row_block_acting_beside = 0;
   // The collect beside the training step: in an iteration that trains, the step's graph runs the
   // schedules, the batch's draw and a copy of the online parameters, then the actor's forward, ε-greedy
-  // and the environments' step on a second stream (backends/side_lane.hpp) while the step runs,
-  // then the replay insert and the priority update. The actor acts on the parameters the
+  // and the environments' step on a second stream (backends/side_lane.hpp) while the step runs;
+  // the replay insert and the priority update follow where replay_beside (below) puts them. The actor acts on the parameters the
   // iteration started with, as without it; what differs is that the batch is drawn before this
   // iteration's transitions are inserted (one iteration later than without). It needs
   // updates = 1: where_possible (the default) overlaps then and runs one after the other
@@ -173,9 +173,11 @@ class TrainLoop {
   // The replay insert of this iteration's transitions, and the copy of the observations acted on.
   kernels::ReplayInsertData<ExecSpace> insert_data() const;
   kernels::CopyFlat<ExecSpace, float> obs_copy() const;
-  // overlap_collect: on the main stream the schedules and the copy of the parameters the actor
-  // reads, then the acting forked onto the side lane; what the caller enqueues next on the main
-  // stream (the batch's draw and the step) runs beside it until end_…: the join, the insert.
+  // overlap_collect: on the main stream the head (the schedules, the copy of the parameters the
+  // actor reads, the batch's draw: one launch or several, LoopOptions::one_launch_head), then the
+  // acting (and the insert, LoopOptions::replay_beside) forked onto the side lane; what the caller
+  // enqueues next on the main stream (the step) runs beside it until end_…: the join, then what of
+  // the replay's work is not on the side lane.
   void begin_overlapped_collect();
   void end_overlapped_collect();
   void enqueue_sample();
