@@ -24,12 +24,13 @@ struct LoopHead {
   ReplaySample<Exec> sample;
   bool gather_here = false;  // false: the gather is a launch of its own after this one
   CopyFlat<Exec, float> copy;
-  std::int64_t copy_count = 0, copy_chunk = 1;  // values; each team after team 0 copies one chunk
+  std::int64_t copy_chunk = 1;  // values each team after team 0 copies
 
   KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
     if (team.league_rank() > 0) {
+      const std::int64_t count = static_cast<std::int64_t>(copy.src.extent(0));
       const std::int64_t first = (team.league_rank() - 1) * copy_chunk;
-      const std::int64_t n = copy_count - first < copy_chunk ? copy_count - first : copy_chunk;
+      const std::int64_t n = count - first < copy_chunk ? count - first : copy_chunk;
       Kokkos::parallel_for(Kokkos::TeamThreadRange(team, n), [&](const std::int64_t i) { copy(first + i); });
       return;
     }
@@ -40,7 +41,7 @@ struct LoopHead {
     sample.draw(team);
     if (!gather_here) return;
     team.team_barrier();  // the gather reads the indices the draw wrote
-    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, sample.gather_count),
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, sample.gather_count()),
                          [&](const std::int64_t i) { sample.gather(i); });
   }
 };
@@ -55,24 +56,17 @@ void launch_loop_head(const Exec& exec, const AdvanceSchedules<Exec>& schedules,
           schedules.counters.extent(0), " counters and ", schedules.envs, " envs; expected at least 1 of each");
   require(copy.src.extent(0) == copy.dst.extent(0), "launch_loop_head: the copy's source has ", copy.src.extent(0),
           " values, its destination ", copy.dst.extent(0), "; expected the same");
-  require(sample.gather_count == std::int64_t(sample.draw.out.idx.extent(0)) * sample.draw.st.obs_dim,
-          "launch_loop_head: the gather covers ", sample.gather_count, " state values; expected the batch's ",
-          sample.draw.out.idx.extent(0), " × ", sample.draw.st.obs_dim);
   require(gather_here_max >= 0, "launch_loop_head: gather_here_max = ", gather_here_max, "; expected >= 0");
-  LoopHead<Exec> head{schedules, sample, sample.gather_count <= gather_here_max, copy,
-                      static_cast<std::int64_t>(copy.src.extent(0)), 1};
+  LoopHead<Exec> head{schedules, sample, sample.gather_count() <= gather_here_max, copy, 1};
   // Team 0's size is the tree kernels' (sum_tree_team); on a GPU the copy's teams take eight
   // values a thread, on a host (one thread a team) blocks of 8192.
   constexpr bool host = Kokkos::SpaceAccessibility<Kokkos::HostSpace, typename Exec::memory_space>::accessible;
   const int team_size = sum_tree_team(exec, head).team_size();
   head.copy_chunk = host ? 8192 : std::int64_t{8} * team_size;
-  const std::int64_t copy_teams = (head.copy_count + head.copy_chunk - 1) / head.copy_chunk;
+  const std::int64_t copy_teams = (static_cast<std::int64_t>(copy.src.extent(0)) + head.copy_chunk - 1) / head.copy_chunk;
   Kokkos::parallel_for("zs::loop_head", Kokkos::TeamPolicy<Exec>(exec, static_cast<int>(1 + copy_teams), team_size),
                        head);
-  if (!head.gather_here && sample.gather_count > 0)
-    Kokkos::parallel_for("zs::replay_sample_gather",
-                         Kokkos::RangePolicy<Exec, Kokkos::IndexType<std::int64_t>>(exec, 0, sample.gather_count),
-                         sample.gather);
+  if (!head.gather_here) replay_sample_gather(exec, sample);
 }
 
 }  // namespace zs::kernels

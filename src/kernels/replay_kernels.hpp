@@ -287,14 +287,22 @@ template <class Exec>
 struct ReplaySample {
   ReplaySampleDraw<Exec> draw;
   ReplaySampleGather<Exec> gather;
-  std::int64_t gather_count = 0;  // B × state size
+  // The gather's threads: B × state size.
+  KOKKOS_INLINE_FUNCTION std::int64_t gather_count() const {
+    return static_cast<std::int64_t>(draw.out.idx.extent(0)) * draw.st.obs_dim;
+  }
 };
+
+template <class Exec>
+void replay_sample_gather(const Exec& exec, const ReplaySample<Exec>& s) {
+  Kokkos::parallel_for("zs::replay_sample_gather",
+                       Kokkos::RangePolicy<Exec, Kokkos::IndexType<std::int64_t>>(exec, 0, s.gather_count()), s.gather);
+}
 
 template <class Exec>
 void replay_sample(const Exec& exec, const ReplaySample<Exec>& s) {
   Kokkos::parallel_for("zs::replay_sample_draw", sum_tree_team(exec, s.draw), s.draw);
-  Kokkos::parallel_for("zs::replay_sample_gather",
-                       Kokkos::RangePolicy<Exec, Kokkos::IndexType<std::int64_t>>(exec, 0, s.gather_count), s.gather);
+  replay_sample_gather(exec, s);
 }
 
 template <class Exec>

@@ -126,8 +126,7 @@ kernels::ReplaySample<ExecSpace> Replay::sample_stage(DeviceBatch& batch, Kokkos
   draw.weights = batch.weights;
   draw.beta = beta;
   draw.gamma = static_cast<double>(rc_.gamma);
-  return {draw, kernels::ReplaySampleGather<ExecSpace>{st_, sampled_, batch.stacked_states},
-          static_cast<std::int64_t>(B * S)};
+  return {draw, kernels::ReplaySampleGather<ExecSpace>{st_, sampled_, batch.stacked_states}};
 }
 
 void Replay::sample(const ExecSpace& exec, DeviceBatch& batch, Kokkos::View<const float, MemSpace> beta) {
