@@ -316,6 +316,25 @@ void BM_StepAux(benchmark::State& state) {
 }
 BENCHMARK(BM_StepAux)->Arg(0)->Arg(1)->Arg(2)->Arg(4)->Arg(7)->UseManualTime()->Unit(benchmark::kMicrosecond);
 
+// BM_StepAux's step with the auxiliaries that can ride the fused kernel's backward phases (CQL)
+// riding (ride 1, FusedOptions::auxiliaries_ride, the default) or running their own launch plans
+// after it (ride 0). aux: BM_StepAux's mask.
+void BM_StepAuxRide(benchmark::State& state) {
+  const int mask = static_cast<int>(state.range(0));
+  zs::Config c;
+  c.iqn.on = (mask & 1) != 0;
+  c.ensemble.k = (mask & 2) ? 2 : 0;
+  c.cql.on = (mask & 4) != 0;
+  zs::TrainerOptions opt;
+  opt.fused.auxiliaries_ride = state.range(1) != 0;
+  time_fused_steps(state, c, opt);
+}
+BENCHMARK(BM_StepAuxRide)
+    ->ArgNames({"aux", "ride"})
+    ->ArgsProduct({{4, 7}, {0, 1}})
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
+
 // The graph-replayed step without (reduce 0) and with (1) the all-reduce of the terms' gradients
 // and losses, at B = 256 per rank and the reference net (aux 7: every auxiliary on) and at the
 // large config (B = 4096 per rank, trunk 512, heads 256). Alone, the all-reduce runs over a group

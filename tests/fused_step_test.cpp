@@ -705,6 +705,18 @@ TEST(FusedC51, EveryParameterGradientMatchesFiniteDifferences) {
 TEST(FusedC51, GraphReplayEqualsDirectLaunchAndTheLaunchModesAgree) {
   const auto seed = zs::test::fresh_seed();
   SCOPED_TRACE(testing::Message() << "seed " << seed);
+  // The auxiliaries keep their own launches in every trainer here, as they must in a persistent
+  // launch (CqlRidesTheBackwardPhasesAndItsGradientIsItsLaunchPlans checks them riding).
+  const auto fused_options = [](int B, zs::PhasedMode mode = zs::PhasedMode::persistent) {
+    auto o = ::fused_options(B, mode);
+    o.fused.auxiliaries_ride = false;
+    return o;
+  };
+  const auto launches_like_persistent = [](int B) {
+    auto o = ::launches_like_persistent(B);
+    o.fused.auxiliaries_ride = false;
+    return o;
+  };
   for (const auto& j : {small_net(seed), with_every_auxiliary(small_net(seed))}) {
     SCOPED_TRACE(j.dump());
     const auto c = zs::Config::from_json(j);
@@ -981,6 +993,74 @@ TEST(FusedC51, WithEveryAuxiliaryTheTermsMatchTheLaunchPlans) {
     const double tol = kTf32 ? 1e-2 : 1e-5;
     EXPECT_NEAR(tf->terms[i].loss, tp->terms[i].loss, tol * std::abs(tp->terms[i].loss) + 1e-7);
     EXPECT_NEAR(tf->terms[i].grad_norm, tp->terms[i].grad_norm, tol * tp->terms[i].grad_norm + 1e-7);
+  }
+}
+
+// CQL's backward inside the fused kernel's backward phases (FusedOptions::auxiliaries_ride): its
+// loss a launch between the loss's phase and the backward, its products beside C51's. Its raw
+// gradient, every tensor, is what its own launch plans compute from the same batch, and so is
+// every other term's; a graph of that step replays the bits of the direct launches.
+TEST(FusedC51, CqlRidesTheBackwardPhasesAndItsGradientIsItsLaunchPlans) {
+  const auto seed = zs::test::fresh_seed();
+  SCOPED_TRACE(testing::Message() << "seed " << seed);
+  const int B = 21;
+  auto cql = small_net(seed);
+  cql["cql"] = true;
+  for (const auto& j : {cql, with_every_auxiliary(small_net(seed))}) {
+    SCOPED_TRACE(j.dump());
+    const auto c = zs::Config::from_json(j);
+    auto rides = fused_options(B, zs::PhasedMode::launches, 0), own = rides;
+    own.fused.auxiliaries_ride = false;
+    zs::Trainer riding(c, rides), apart(c, own), plans(c, plan_options(B));
+    ASSERT_TRUE(riding.fused() && apart.fused()) << riding.fused_off_reason();
+    const zs::FusedKernel& kr = *riding.fused_kernel();
+    const zs::FusedKernel& ka = *apart.fused_kernel();
+    // The same phases, one launch more (CQL's loss), and CQL's products in the backward's phases.
+    ASSERT_EQ(kr.phases(), ka.phases());
+    EXPECT_EQ(kr.launches(), ka.launches() + 1);
+    int more = 0;
+    for (int p = 0; p < kr.phases(); ++p) {
+      EXPECT_GE(kr.tiles(p), ka.tiles(p)) << "phase " << p;
+      more += kr.tiles(p) > ka.tiles(p) ? 1 : 0;
+    }
+    EXPECT_EQ(more, 2 + static_cast<int>(c.trunk.size())) << "the heads', the features' and each trunk layer's phase";
+    zs::test::step_on_same_batches(riding, apart, 1, seed + 100, [&](zs::Trainer& a, zs::Trainer& b) {
+      a.step_direct();
+      b.step_direct();
+    });
+    zs::upload(plans.stream().exec(), c, zs::random_batch(c, B, seed + 100), plans.batch());
+    plans.step_direct();
+    plans.synchronize();
+    const double tol = kTf32 ? 2e-2 : 1e-5;
+    for (const char* name : {"c51", "cql", "iqn", "ensemble"}) {
+      const zs::LossTerm* r = riding.term(name);
+      if (r == nullptr) continue;
+      SCOPED_TRACE(name);
+      const auto want = host_copy(plans.term(name)->grad().flat());
+      const auto got = host_copy(r->grad().flat());
+      EXPECT_LT(max_rel(got, want), tol);
+      EXPECT_LT(max_rel(host_copy(apart.term(name)->grad().flat()), want), tol);
+      double largest = 0;
+      for (float v : want) largest = std::max(largest, std::abs(double(v)));
+      EXPECT_GT(largest, 1e-6) << "a gradient of zeros tests nothing";
+    }
+    const auto tr = riding.term_metrics(), tp = plans.term_metrics();
+    ASSERT_TRUE(tr && tp);
+    for (std::size_t i = 0; i < tr->terms.size(); ++i) {
+      SCOPED_TRACE(tr->terms[i].name);
+      EXPECT_NEAR(tr->terms[i].loss, tp->terms[i].loss, (kTf32 ? 1e-2 : 1e-5) * std::abs(tp->terms[i].loss) + 1e-7);
+      EXPECT_NEAR(tr->terms[i].grad_norm, tp->terms[i].grad_norm, (kTf32 ? 1e-2 : 1e-5) * tp->terms[i].grad_norm + 1e-7);
+    }
+    // Captured into a graph (which a hidden sync, allocation or blocking copy would break) and
+    // replayed, the riding step gives the direct launches' bits.
+    zs::Trainer graph(c, rides), direct(c, rides);
+    zs::test::step_on_same_batches(graph, direct, 4, seed + 200, [](zs::Trainer& g, zs::Trainer& d) {
+      g.step();
+      d.step_direct();
+    });
+    EXPECT_TRUE(graph.graph_recorded());
+    EXPECT_TRUE(zs::test::same_bits(host_copy(graph.online().flat()), host_copy(direct.online().flat())));
+    EXPECT_TRUE(zs::test::same_bits(host_copy(graph.optimizer().v().flat()), host_copy(direct.optimizer().v().flat())));
   }
 }
 

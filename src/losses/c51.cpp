@@ -16,10 +16,14 @@ C51Term::C51Term(const StepContext& ctx, float budget)
     : LossTerm("c51", budget, ctx), ctx_(ctx), g_(ctx.config, ctx.batch.size) {
   require(loss().data() == ctx.c51.loss.data(), "C51Term: its loss slot is not the C51 outputs' loss; expected the ",
           "trainer to give the C51 outputs slot 0's loss and to make the C51 term first");
-  if (ctx.fused)
-    fused_ = std::make_unique<FusedC51>(ctx, g_, grad(), *ctx.fused);
-  else
+  if (!ctx.fused)
     backward_ = std::make_unique<BackwardPlan>(ctx.net, ctx.online, ctx.batch.states(), ctx.online_acts, g_, grad());
+}
+
+void C51Term::fuse(const std::vector<FusedRider>& riders) {
+  require(ctx_.fused != nullptr && !fused_, "C51Term::fuse: ", ctx_.fused ? "called twice" : "no fused options",
+          "; expected one call on a term made with the fused step's options");
+  fused_ = std::make_unique<FusedC51>(ctx_, g_, grad(), *ctx_.fused, riders);
 }
 
 void c51_loss(const ExecSpace& exec, const Network& net, const Activations& online, const Activations& target,
@@ -46,7 +50,10 @@ void c51_loss(const ExecSpace& exec, const Network& net, const Activations& onli
 }
 
 void C51Term::enqueue(const ExecSpace& exec, const Gemm& gemm) {
-  if (fused_) return fused_->enqueue(exec);
+  if (ctx_.fused) {
+    require(fused_ != nullptr, "C51Term: the fused kernel was never built; expected fuse() once every term is made");
+    return fused_->enqueue(exec);
+  }
   c51_loss(exec, ctx_.net, ctx_.online_acts, ctx_.target_acts, ctx_.batch, ctx_.c51, g_);
   backward_->enqueue(exec, gemm, ctx_.side);
 }

@@ -4,6 +4,7 @@
 // and the trunk. Its share of max_grad_norm is what the other terms leave.
 #pragma once
 #include <memory>
+#include <vector>
 
 #include "losses/c51_fused.hpp"
 #include "losses/loss_term.hpp"
@@ -17,11 +18,14 @@ void c51_loss(const ExecSpace& exec, const Network& net, const Activations& onli
               const DeviceBatch& batch, C51Outputs& out, Gradients& g);
 
 // With ctx.fused the term's enqueue() is the whole chain, the forward included, as one fused
-// kernel (FusedC51); otherwise the loss kernel and a BackwardPlan after the trainer's forward.
+// kernel (FusedC51), built by fuse() once every term is made (so that it can carry the others'
+// backward); otherwise the loss kernel and a BackwardPlan after the trainer's forward.
 class C51Term final : public LossTerm {
  public:
   C51Term(const StepContext& ctx, float budget);
   void enqueue(const ExecSpace& exec, const Gemm& gemm) override;
+  // Builds the fused kernel (ctx.fused), carrying each rider's backward (FusedC51). Once.
+  void fuse(const std::vector<FusedRider>& riders);
   // The fused kernel, nullptr when the term runs launch plans.
   const FusedC51* fused() const { return fused_.get(); }
   FusedC51* fused() { return fused_.get(); }

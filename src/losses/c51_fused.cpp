@@ -3,7 +3,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <functional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "core/error.hpp"
 
@@ -22,7 +25,12 @@ ProductOperand columns_of(const float* p, int ld) { return {p, 1, ld}; }
 
 }  // namespace
 
-FusedC51::FusedC51(const StepContext& ctx, Gradients& g, const ParamBuffer& grad, const FusedOptions& options) {
+bool FusedC51::carries_riders(const FusedOptions& o) {
+  return o.auxiliaries_ride && o.row_block_backward == 0 && fused_mode(o) == PhasedMode::launches;
+}
+
+FusedC51::FusedC51(const StepContext& ctx, Gradients& g, const ParamBuffer& grad, const FusedOptions& options,
+                   const std::vector<FusedRider>& riders) {
   const Config& c = ctx.config;
   const Network& net = ctx.net;
   const int B = ctx.batch.size, T = static_cast<int>(c.trunk.size()), K = static_cast<int>(c.branches.size());
@@ -85,64 +93,105 @@ FusedC51::FusedC51(const StepContext& ctx, Gradients& g, const ParamBuffer& grad
   b.tiles(options.fuse_head_loss ? kernels::FusedTileKind::c51_head_branch : kernels::FusedTileKind::c51_branch,
           B * K);
 
-  // Backward, the online net on s (the first B rows of its activations). The weight gradients
-  // are every main-network tensor of `grad`, each written once: the pieces of its norm
+  // Backward, the online net on s (the first B rows of its activations): C51's gradient, then each
+  // rider's, their products side by side in the same phases. C51's weight gradients are every
+  // main-network tensor of `grad`, each written once: the pieces of its norm
   // (FusedOptions::norm_in_backward).
   const HeadSet set = net.main_heads();
   auto hidden_of = [&](int h) { return h == 0 ? online.value_hidden.data() : online.branch_hidden[h - 1].data(); };
-  auto dz_hidden_of = [&](int h) { return dz_hidden_.data() + static_cast<std::size_t>(h) * B * H; };
-  // ∂loss/∂(head h's output layer) as A-operand segments: the value stream's is the sum of every
-  // branch's share.
-  auto d_out_segments = [&](int h, bool transposed, const ProductOperand& other, int k_of_rows) {
-    std::vector<ProductSegment> s;
-    if (h == 0) {
-      for (int k = 0; k < K; ++k) {
-        const float* p = d_value_parts_.data() + L.value_at(B, k, 0, 0);
-        const int ld = L.padded(Z);
-        s.push_back({transposed ? columns_of(p, ld) : rows_of(p, ld), other, transposed ? k_of_rows : Z});
-      }
-    } else {
-      const int w = c.branches[h - 1] * Z, ld = L.branch_ld(h - 1);
-      const float* p = d_branch_out_.data() + L.branch_block(B, h - 1);
-      s.push_back({transposed ? columns_of(p, ld) : rows_of(p, ld), other, transposed ? k_of_rows : w});
-    }
-    return s;
+  struct Chain {
+    // ∂loss/∂(head h's output layer) as A-operand segments (transposed: [width, B] for a weight
+    // gradient, whose B operand `other` then has k = B rows).
+    std::function<std::vector<ProductSegment>(int h, bool transposed, const ProductOperand& other, int k_of_rows)>
+        d_out;
+    float* dz_hidden = nullptr;  // [1 + K][B][H]: each head's gradient below its ReLU
+    std::vector<float*> d_trunk;
+    const ParamBuffer* grad = nullptr;
+    bool in_norm = false;
+    float* dz_hidden_of(int h, int B, int H) const { return dz_hidden + static_cast<std::size_t>(h) * B * H; }
   };
+  std::vector<Chain> chains(1);
+  {
+    Chain& c51 = chains[0];
+    // The value stream's gradient is the sum of every branch's share.
+    c51.d_out = [&, B, K, Z](int h, bool transposed, const ProductOperand& other, int k_of_rows) {
+      std::vector<ProductSegment> s;
+      if (h == 0) {
+        for (int k = 0; k < K; ++k) {
+          const float* p = d_value_parts_.data() + L.value_at(B, k, 0, 0);
+          const int ld = L.padded(Z);
+          s.push_back({transposed ? columns_of(p, ld) : rows_of(p, ld), other, transposed ? k_of_rows : Z});
+        }
+      } else {
+        const int w = c.branches[h - 1] * Z, ld = L.branch_ld(h - 1);
+        const float* p = d_branch_out_.data() + L.branch_block(B, h - 1);
+        s.push_back({transposed ? columns_of(p, ld) : rows_of(p, ld), other, transposed ? k_of_rows : w});
+      }
+      return s;
+    };
+    c51.dz_hidden = dz_hidden_.data();
+    for (int i = 0; i < T; ++i) c51.d_trunk.push_back(g.d_trunk[i].data());
+    c51.grad = &grad;
+    c51.in_norm = true;
+  }
+  for (const FusedRider& r : riders) {
+    require(r.g != nullptr && r.grad != nullptr && r.loss && r.g->rows == B, "FusedC51: a rider without its loss, "
+            "gradients or gradient buffer, or with ", r.g ? r.g->rows : 0, " gradient rows; expected ", B);
+    rider_dz_hidden_.emplace_back("zs::fused::rider_dz_hidden", static_cast<std::size_t>(heads) * B * H);
+    Chain ch;
+    const Gradients* rg = r.g;
+    const kernels::BranchTable table = net.table();
+    // The rider's output gradients as the launch plans read them: [B, atoms] for the value
+    // stream, branch k's [B, n_k·atoms] block.
+    ch.d_out = [rg, table, B, Z](int h, bool transposed, const ProductOperand& other, int k_of_rows) {
+      const float* p = h == 0 ? rg->d_value_out.data() : rg->d_branch_out.data() + table.block(B, Z, h - 1);
+      const int w = h == 0 ? Z : table.size(h - 1) * Z;
+      return std::vector<ProductSegment>{
+          {transposed ? columns_of(p, w) : rows_of(p, w), other, transposed ? k_of_rows : w}};
+    };
+    ch.dz_hidden = rider_dz_hidden_.back().data();
+    for (int i = 0; i < T; ++i) ch.d_trunk.push_back(r.g->d_trunk[i].data());
+    ch.grad = r.grad;
+    chains.push_back(std::move(ch));
+  }
 
   // The weight gradients: dW = dzᵀ · x, db = Σ_rows dz, for head h's output layer, its hidden
   // layer, and trunk layer i.
-  auto dw_out = [&](int h) {
+  auto dw_out = [&](const Chain& ch, int h) {
     const int out = set.hidden_layer(h) + 1;
     ProductJob dw;
     dw.m = net.head_width(h);
     dw.n = H;
-    dw.out = grad.weight(out).data();
+    dw.out = ch.grad->weight(out).data();
     dw.out_ld = H;
-    dw.row_sums = grad.bias(out).data();
-    b.product(dw, d_out_segments(h, true, columns_of(hidden_of(h), H), B), true);
+    dw.row_sums = ch.grad->bias(out).data();
+    b.product(dw, ch.d_out(h, true, columns_of(hidden_of(h), H), B), ch.in_norm);
   };
-  auto dw_hidden = [&](int h) {
+  auto dw_hidden = [&](const Chain& ch, int h) {
     ProductJob dw;
     dw.m = H;
     dw.n = F;
-    dw.out = grad.weight(set.hidden_layer(h)).data();
+    dw.out = ch.grad->weight(set.hidden_layer(h)).data();
     dw.out_ld = F;
-    dw.row_sums = grad.bias(set.hidden_layer(h)).data();
-    b.product(dw, {{columns_of(dz_hidden_of(h), H), columns_of(online.trunk[T - 1].data(), F), B}}, true);
+    dw.row_sums = ch.grad->bias(set.hidden_layer(h)).data();
+    b.product(dw, {{columns_of(ch.dz_hidden_of(h, B, H), H), columns_of(online.trunk[T - 1].data(), F), B}},
+              ch.in_norm);
   };
-  auto dw_trunk = [&](int i) {
+  auto dw_trunk = [&](const Chain& ch, int i) {
     const int out = c.trunk[i], in = i == 0 ? c.state_dim : c.trunk[i - 1];
     const float* x = i == 0 ? ctx.batch.states().data() : online.trunk[i - 1].data();
     ProductJob dw;
     dw.m = out;
     dw.n = in;
-    dw.out = grad.weight(i).data();
+    dw.out = ch.grad->weight(i).data();
     dw.out_ld = in;
-    dw.row_sums = grad.bias(i).data();
-    b.product(dw, {{columns_of(g.d_trunk[i].data(), out), columns_of(x, in), B}}, true);
+    dw.row_sums = ch.grad->bias(i).data();
+    b.product(dw, {{columns_of(ch.d_trunk[i], out), columns_of(x, in), B}}, ch.in_norm);
   };
 
   if (options.row_block_backward != 0) {
+    require(riders.empty(), "FusedC51: ", riders.size(), " riders with row_block_backward ",
+            options.row_block_backward, "; expected none (FusedC51::carries_riders)");
     // Every input gradient in one row-block launch after the loss, then every weight gradient in
     // one phase.
     ChainBuffers buffers;
@@ -159,11 +208,18 @@ FusedC51::FusedC51(const StepContext& ctx, Gradients& g, const ParamBuffer& grad
     chain_ = std::make_unique<RowBlockChain>(net, ctx.online, online, B, buffers, options.row_block_backward);
     b.launch_between([chain = chain_.get()](const ExecSpace& exec) { chain->enqueue(exec); });
     b.phase();
-    for (int h = 0; h < heads; ++h) dw_out(h);
+    const Chain& c51 = chains[0];
+    for (int h = 0; h < heads; ++h) dw_out(c51, h);
     b.tiles(kernels::FusedTileKind::c51_finish, 1);
-    for (int h = 0; h < heads; ++h) dw_hidden(h);
-    for (int i = T - 1; i >= 0; --i) dw_trunk(i);
+    for (int h = 0; h < heads; ++h) dw_hidden(c51, h);
+    for (int i = T - 1; i >= 0; --i) dw_trunk(c51, i);
   } else {
+    // The riders' losses read the online net's log-probabilities on s, which the loss's phase
+    // writes.
+    if (!riders.empty())
+      b.launch_between([losses = riders](const ExecSpace& exec) {
+        for (const FusedRider& r : losses) r.loss(exec);
+      });
     // Each phase's input gradient feeds the next; each layer's weight gradient shares the phase
     // of the layer below's input gradient. An input gradient: B rows of n columns into out,
     // masked by the ReLU whose output was `mask`.
@@ -178,29 +234,34 @@ FusedC51::FusedC51(const StepContext& ctx, Gradients& g, const ParamBuffer& grad
       return j;
     };
     b.phase();
-    for (int h = 0; h < heads; ++h) {
-      // d_hidden = d_out · W_out.
-      b.product(dx(H, dz_hidden_of(h), hidden_of(h)),
-                d_out_segments(h, false, columns_of(ctx.online.weight(set.hidden_layer(h) + 1).data(), H), 0));
-      dw_out(h);
-    }
+    for (const Chain& ch : chains)
+      for (int h = 0; h < heads; ++h) {
+        // d_hidden = d_out · W_out.
+        b.product(dx(H, ch.dz_hidden_of(h, B, H), hidden_of(h)),
+                  ch.d_out(h, false, columns_of(ctx.online.weight(set.hidden_layer(h) + 1).data(), H), 0));
+        dw_out(ch, h);
+      }
     b.tiles(kernels::FusedTileKind::c51_finish, 1);
 
     b.phase();
-    // ∂loss/∂features = Σ_heads dz_hidden · W_hidden.
-    std::vector<ProductSegment> s;
-    for (int h = 0; h < heads; ++h)
-      s.push_back({rows_of(dz_hidden_of(h), H), columns_of(ctx.online.weight(set.hidden_layer(h)).data(), F), H});
-    b.product(dx(F, g.d_trunk[T - 1].data(), online.trunk[T - 1].data()), s);
-    for (int h = 0; h < heads; ++h) dw_hidden(h);
+    for (const Chain& ch : chains) {
+      // ∂loss/∂features = Σ_heads dz_hidden · W_hidden.
+      std::vector<ProductSegment> s;
+      for (int h = 0; h < heads; ++h)
+        s.push_back({rows_of(ch.dz_hidden_of(h, B, H), H), columns_of(ctx.online.weight(set.hidden_layer(h)).data(), F), H});
+      b.product(dx(F, ch.d_trunk[T - 1], online.trunk[T - 1].data()), s);
+      for (int h = 0; h < heads; ++h) dw_hidden(ch, h);
+    }
     for (int i = T - 1; i >= 0; --i) {
       b.phase();
-      if (i > 0) {
-        const int out = c.trunk[i], in = c.trunk[i - 1];
-        b.product(dx(in, g.d_trunk[i - 1].data(), online.trunk[i - 1].data()),
-                  {{rows_of(g.d_trunk[i].data(), out), columns_of(ctx.online.weight(i).data(), in), out}});
+      for (const Chain& ch : chains) {
+        if (i > 0) {
+          const int out = c.trunk[i], in = c.trunk[i - 1];
+          b.product(dx(in, ch.d_trunk[i - 1], online.trunk[i - 1].data()),
+                    {{rows_of(ch.d_trunk[i], out), columns_of(ctx.online.weight(i).data(), in), out}});
+        }
+        dw_trunk(ch, i);
       }
-      dw_trunk(i);
     }
   }
 

@@ -1,5 +1,7 @@
 #include "losses/cql.hpp"
 
+#include <optional>
+
 #include "kernels/cql_loss.hpp"
 
 namespace zs {
@@ -10,6 +12,17 @@ CqlTerm::CqlTerm(const StepContext& ctx, float budget)
 }
 
 void CqlTerm::enqueue(const ExecSpace& exec, const Gemm& gemm) {
+  if (riding_) return;
+  enqueue_loss(exec);
+  backward_->enqueue(exec, gemm, ctx_.side);
+}
+
+std::optional<FusedRider> CqlTerm::ride_fused() {
+  riding_ = true;
+  return FusedRider{[this](const ExecSpace& exec) { enqueue_loss(exec); }, &g_, &grad()};
+}
+
+void CqlTerm::enqueue_loss(const ExecSpace& exec) {
   const Config& c = ctx_.config;
   const int B = ctx_.batch.size;
   kernels::CqlLoss<ExecSpace> f;
@@ -25,7 +38,6 @@ void CqlTerm::enqueue(const ExecSpace& exec, const Gemm& gemm) {
   f.batch = B;
   f.widest = f.table.widest();
   kernels::cql_loss(exec, f, loss());
-  backward_->enqueue(exec, gemm, ctx_.side);
 }
 
 }  // namespace zs

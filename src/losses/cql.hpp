@@ -2,6 +2,7 @@
 // head of the online net, and its gradient through the head and the trunk.
 #pragma once
 #include <memory>
+#include <optional>
 
 #include "losses/loss_term.hpp"
 #include "nn/network_plan.hpp"
@@ -12,11 +13,16 @@ class CqlTerm final : public LossTerm {
  public:
   CqlTerm(const StepContext& ctx, float budget);
   void enqueue(const ExecSpace& exec, const Gemm& gemm) override;
+  // Its gradient is the online net's on s through the main heads: the fused kernel can carry it.
+  std::optional<FusedRider> ride_fused() override;
 
  private:
+  void enqueue_loss(const ExecSpace& exec);
+
   const StepContext& ctx_;
   Gradients g_;
   std::unique_ptr<BackwardPlan> backward_;
+  bool riding_ = false;  // ride_fused() was taken: the fused kernel runs the term
 };
 
 }  // namespace zs

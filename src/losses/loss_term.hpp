@@ -5,7 +5,9 @@
 // the clipped gradients are summed in one pass, and the metrics record lists every term.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -57,6 +59,18 @@ struct StepContext {
   const FusedOptions* fused = nullptr;
 };
 
+// What a term gives the C51 term's fused kernel to run its backward in the kernel's backward
+// phases (FusedOptions::auxiliaries_ride): a term whose gradient is the online net's on s through
+// the main heads, from ∂loss/∂(head outputs), as a BackwardPlan would compute it from g.
+struct FusedRider {
+  // Enqueues the term's loss and ∂loss/∂(head outputs) into g->d_value_out ([B, atoms]) and
+  // g->d_branch_out (a [B, n_k·atoms] block a branch, BranchTable::block); the kernel runs it
+  // once its loss phase has written the online net's log-probabilities.
+  std::function<void(const ExecSpace&)> loss;
+  Gradients* g = nullptr;          // its output gradients above, and its trunk gradients d_trunk
+  const ParamBuffer* grad = nullptr;  // where the products write the term's gradient
+};
+
 class LossTerm {
  public:
   // The term's gradient buffer and loss scalar are the next slot of ctx.buffers.
@@ -76,6 +90,10 @@ class LossTerm {
 
   // Enqueues the term's loss and its gradient into grad() on `exec`: no allocation, no sync.
   virtual void enqueue(const ExecSpace& exec, const Gemm& gemm) = 0;
+  // Hands the term's backward to the C51 term's fused kernel, where the term can give it one
+  // (FusedRider): from then on enqueue() runs nothing, the kernel runs it all. nullopt: the term
+  // keeps its own launches.
+  virtual std::optional<FusedRider> ride_fused() { return std::nullopt; }
   // One statistic of the term's own for the metrics record (name, device scalar), if it has one.
   virtual std::pair<std::string, DeviceScalar<float>> statistic() const { return {}; }
   // Per-sample outputs worth writing out (`zerosync step`): name → [B] device values.

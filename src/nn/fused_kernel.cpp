@@ -106,6 +106,8 @@ int stages_four_at_a_time(const kernels::ProductOperand& o) {
   return reinterpret_cast<std::uintptr_t>(o.ptr) % 16 == 0 && other % 4 == 0 ? 1 : 0;
 }
 
+PhasedMode fused_mode(const FusedOptions& o) { return kCanPersist ? o.mode : PhasedMode::launches; }
+
 bool fused_supports(const Config& c, const FusedOptions& o, std::string* reason) {
   auto no = [&](const std::string& why) {
     if (reason) *reason = why;
@@ -340,7 +342,7 @@ FusedKernel FusedBuilder::build(FusedProgramOnDevice program, std::size_t scratc
   }
   k.program_ = program;
   k.shape_ = {Product::kTeamSize, WarpTile<ExecSpace>::kVectorLength, std::max(scratch_bytes, shape.scratch_bytes)};
-  k.mode_ = kCanPersist ? options.mode : PhasedMode::launches;
+  k.mode_ = fused_mode(options);
   k.per_kind_ = options.kernel_per_kind;
   require(between_.empty() || k.mode_ != PhasedMode::persistent, "FusedBuilder: ", between_.size(),
           " launches between phases in one persistent launch; expected phases launched one by one (mode launches)");

@@ -111,6 +111,13 @@ struct FusedOptions {
   // weight gradient, instead of four phases of both; 0: the phases. Needs the phases launched one
   // by one (mode launches). A prototype under measurement (docs/performance.md).
   int row_block_backward = 0;
+  // Auxiliary terms whose gradient is the online net's on s through the main heads (CQL) run their
+  // backward inside the kernel's backward phases, their products beside C51's in the same launches
+  // (each term's own gradient, as its launch plans would write it), their loss a launch between the
+  // C51 loss's phase and the backward's first. Only where the phases are launched one by one (mode
+  // launches, or a backend that cannot persist) and the backward is phases (row_block_backward 0);
+  // elsewhere, and off, each such term runs its own launch plans after the kernel.
+  bool auxiliaries_ride = true;
   // Each tile stores its clocks (kernels::TileClock) every launch: where a step's time goes, tile by
   // tile (FusedKernel::timeline, perf's BM_StepTimeline). A diagnostic; off, no tile stores any.
   bool timeline = false;
@@ -133,6 +140,10 @@ struct TileTimes {
 };
 
 using FusedProgramOnDevice = kernels::FusedProgram<ExecSpace>;
+
+// The mode a kernel of these options launches in: options.mode where the backend can keep a
+// league resident, else launches.
+PhasedMode fused_mode(const FusedOptions& options);
 
 // The team scratch a fused kernel may use, as the dueling head and the C51 loss count it:
 // within what a CUDA block gets without opting in to more, less Kokkos' own.

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <random>
 #include <utility>
+#include <vector>
 
 #include "kernels/budget_sum.hpp"
 #include "backends/then.hpp"
@@ -66,6 +67,15 @@ Trainer::Trainer(const Config& config, const TrainerOptions& options)
     require(terms_.back() && terms_.back()->name() == spec.name, "Trainer: loss term '", spec.name,
             "' made a term called '", terms_.back() ? terms_.back()->name() : std::string("(none)"),
             "'; expected its own name");
+  }
+  if (auto* c51 = dynamic_cast<C51Term*>(terms_.front().get()); c51 && fused_) {
+    // The auxiliaries that can run their backward inside the fused kernel's phases do (one launch a
+    // layer for every term); the others keep their own launches after it.
+    std::vector<FusedRider> riders;
+    if (FusedC51::carries_riders(options_.fused))
+      for (std::size_t i = 1; i < terms_.size(); ++i)
+        if (auto r = terms_[i]->ride_fused()) riders.push_back(std::move(*r));
+    c51->fuse(riders);
   }
   Kokkos::deep_copy(unit_scale_, 1.f);
   if (terms_.size() > 1) applied_ = std::make_unique<ParamBuffer>(layout_, "zs::applied_grad");
