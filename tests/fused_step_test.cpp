@@ -706,7 +706,7 @@ TEST(FusedC51, GraphReplayEqualsDirectLaunchAndTheLaunchModesAgree) {
   const auto seed = zs::test::fresh_seed();
   SCOPED_TRACE(testing::Message() << "seed " << seed);
   // The auxiliaries keep their own launches in every trainer here, as they must in a persistent
-  // launch (CqlRidesTheBackwardPhasesAndItsGradientIsItsLaunchPlans checks them riding).
+  // launch (AuxiliariesRideTheKernelsPhasesAndTheirGradientsAreTheirLaunchPlans checks them riding).
   const auto fused_options = [](int B, zs::PhasedMode mode = zs::PhasedMode::persistent) {
     auto o = ::fused_options(B, mode);
     o.fused.auxiliaries_ride = false;
@@ -996,17 +996,20 @@ TEST(FusedC51, WithEveryAuxiliaryTheTermsMatchTheLaunchPlans) {
   }
 }
 
-// CQL's backward inside the fused kernel's backward phases (FusedOptions::auxiliaries_ride): its
-// loss a launch between the loss's phase and the backward, its products beside C51's. Its raw
-// gradient, every tensor, is what its own launch plans compute from the same batch, and so is
-// every other term's; a graph of that step replays the bits of the direct launches.
-TEST(FusedC51, CqlRidesTheBackwardPhasesAndItsGradientIsItsLaunchPlans) {
+// CQL's and the ensemble's work inside the fused kernel's phases (FusedOptions::auxiliaries_ride):
+// the ensemble's heads' forward in the forward's head phases, both terms' losses (and the
+// ensemble's dueling head) a launch between the loss's phase and the backward, their backward's
+// products beside C51's. Each raw gradient, every tensor, is what the terms' own launch plans
+// compute from the same batch, and so is IQN's (which keeps its launches); a graph of that step
+// replays the bits of the direct launches.
+TEST(FusedC51, AuxiliariesRideTheKernelsPhasesAndTheirGradientsAreTheirLaunchPlans) {
   const auto seed = zs::test::fresh_seed();
   SCOPED_TRACE(testing::Message() << "seed " << seed);
   const int B = 21;
-  auto cql = small_net(seed);
+  auto cql = small_net(seed), ensemble = small_net(seed);
   cql["cql"] = true;
-  for (const auto& j : {cql, with_every_auxiliary(small_net(seed))}) {
+  ensemble["ensemble"] = {{"k", 2}};
+  for (const auto& j : {cql, ensemble, with_every_auxiliary(small_net(seed))}) {
     SCOPED_TRACE(j.dump());
     const auto c = zs::Config::from_json(j);
     auto rides = fused_options(B, zs::PhasedMode::launches, 0), own = rides;
@@ -1015,7 +1018,8 @@ TEST(FusedC51, CqlRidesTheBackwardPhasesAndItsGradientIsItsLaunchPlans) {
     ASSERT_TRUE(riding.fused() && apart.fused()) << riding.fused_off_reason();
     const zs::FusedKernel& kr = *riding.fused_kernel();
     const zs::FusedKernel& ka = *apart.fused_kernel();
-    // The same phases, one launch more (CQL's loss), and CQL's products in the backward's phases.
+    // The same phases, one launch more (the losses), and the riders' products in the backward's
+    // phases and, for the ensemble, the forward's two head phases.
     ASSERT_EQ(kr.phases(), ka.phases());
     EXPECT_EQ(kr.launches(), ka.launches() + 1);
     int more = 0;
@@ -1023,7 +1027,8 @@ TEST(FusedC51, CqlRidesTheBackwardPhasesAndItsGradientIsItsLaunchPlans) {
       EXPECT_GE(kr.tiles(p), ka.tiles(p)) << "phase " << p;
       more += kr.tiles(p) > ka.tiles(p) ? 1 : 0;
     }
-    EXPECT_EQ(more, 2 + static_cast<int>(c.trunk.size())) << "the heads', the features' and each trunk layer's phase";
+    EXPECT_EQ(more, 2 + static_cast<int>(c.trunk.size()) + (c.ensemble.k > 0 ? 2 : 0))
+        << "the heads', the features' and each trunk layer's backward phase, the heads' forward phases";
     zs::test::step_on_same_batches(riding, apart, 1, seed + 100, [&](zs::Trainer& a, zs::Trainer& b) {
       a.step_direct();
       b.step_direct();

@@ -48,7 +48,21 @@ FusedC51::FusedC51(const StepContext& ctx, Gradients& g, const ParamBuffer& grad
   const std::vector<ForwardPass> passes{{&ctx.online, ctx.batch.states(), &online, 0},
                                         {&ctx.online, ctx.batch.next_states(), &online, B},
                                         {&ctx.target, ctx.batch.next_states(), &target, 0}};
+  std::vector<HeadSetPass> rider_heads;  // the riders' own head sets, on the online net's features of s
+  for (const FusedRider& r : riders) {
+    require(r.g != nullptr && r.grad != nullptr && r.loss && r.g->rows == B &&
+                static_cast<int>(r.g->d_trunk.size()) == T,
+            "FusedC51: a rider without its loss, gradients or gradient buffer, or with ", r.g ? r.g->rows : 0,
+            " gradient rows and ", r.g ? r.g->d_trunk.size() : 0, " trunk gradients; expected ", B, " and ", T);
+    for (const HeadSetGrads& hs : r.head_sets) {
+      require(hs.acts.rows == B && hs.d_value_out != nullptr && hs.d_branch_out != nullptr, "FusedC51: a rider's head set of ",
+              hs.acts.rows, " rows or without its output gradients; expected ", B, " rows and both gradients");
+      rider_heads.push_back({&ctx.online, online.trunk[T - 1].data(), hs.set, hs.acts});
+    }
+  }
   if (options.cluster_forward || options.row_block_forward != 0) {
+    require(rider_heads.empty(), "FusedC51: ", rider_heads.size(), " riders' head sets with the forward outside "
+            "the kernel (cluster_forward or row_block_forward); expected none (the term keeps its own launches)");
     // The clusters or the row blocks write what the forward's phases would, in a launch before
     // the kernel's.
     std::string why;
@@ -59,7 +73,7 @@ FusedC51::FusedC51(const StepContext& ctx, Gradients& g, const ParamBuffer& grad
     else
       row_blocks_ = std::make_unique<RowBlockForward>(net, passes, options.row_block_forward);
   } else {
-    program.dueling = add_forward_phases(b, net, passes, options, !options.fuse_head_loss);
+    program.dueling = add_forward_phases(b, net, passes, options, !options.fuse_head_loss, rider_heads);
   }
 
   kernels::C51BranchLoss<ExecSpace>& L = program.c51;
@@ -98,57 +112,74 @@ FusedC51::FusedC51(const StepContext& ctx, Gradients& g, const ParamBuffer& grad
   // main-network tensor of `grad`, each written once: the pieces of its norm
   // (FusedOptions::norm_in_backward).
   const HeadSet set = net.main_heads();
-  auto hidden_of = [&](int h) { return h == 0 ? online.value_hidden.data() : online.branch_hidden[h - 1].data(); };
+  const kernels::BranchTable table = net.table();
+  // One head of a chain: its layers, its post-ReLU hidden activations (B rows) and ∂loss/∂(its
+  // output layer), as parts summed (C51's value stream: every branch's share), each [B, width]
+  // rows of ld floats.
+  struct ChainHead {
+    int hidden_layer = 0, width = 0;
+    const float* hidden = nullptr;
+    std::vector<std::pair<const float*, int>> d_out;
+  };
   struct Chain {
-    // ∂loss/∂(head h's output layer) as A-operand segments (transposed: [width, B] for a weight
-    // gradient, whose B operand `other` then has k = B rows).
-    std::function<std::vector<ProductSegment>(int h, bool transposed, const ProductOperand& other, int k_of_rows)>
-        d_out;
-    float* dz_hidden = nullptr;  // [1 + K][B][H]: each head's gradient below its ReLU
+    std::vector<ChainHead> heads;
+    float* dz_hidden = nullptr;  // [heads][B][H]: each head's gradient below its ReLU
     std::vector<float*> d_trunk;
     const ParamBuffer* grad = nullptr;
     bool in_norm = false;
-    float* dz_hidden_of(int h, int B, int H) const { return dz_hidden + static_cast<std::size_t>(h) * B * H; }
+    float* dz_hidden_of(std::size_t h, int B, int H) const { return dz_hidden + h * B * H; }
+  };
+  // A head's ∂loss/∂(output layer) as A-operand segments (transposed: [width, B] for its weight
+  // gradient, whose B operand `other` then has k = B rows).
+  auto d_out_segments = [](const ChainHead& hd, bool transposed, const ProductOperand& other, int k_of_rows) {
+    std::vector<ProductSegment> s;
+    for (const auto& [p, ld] : hd.d_out)
+      s.push_back({transposed ? columns_of(p, ld) : rows_of(p, ld), other, transposed ? k_of_rows : hd.width});
+    return s;
+  };
+  // The main heads on the online net's activations, their output gradients given by `d_out`.
+  auto main_heads = [&](const std::function<std::vector<std::pair<const float*, int>>(int)>& d_out) {
+    std::vector<ChainHead> hs;
+    for (int h = 0; h < heads; ++h)
+      hs.push_back({set.hidden_layer(h), net.head_width(h),
+                    h == 0 ? online.value_hidden.data() : online.branch_hidden[h - 1].data(), d_out(h)});
+    return hs;
   };
   std::vector<Chain> chains(1);
   {
     Chain& c51 = chains[0];
-    // The value stream's gradient is the sum of every branch's share.
-    c51.d_out = [&, B, K, Z](int h, bool transposed, const ProductOperand& other, int k_of_rows) {
-      std::vector<ProductSegment> s;
-      if (h == 0) {
-        for (int k = 0; k < K; ++k) {
-          const float* p = d_value_parts_.data() + L.value_at(B, k, 0, 0);
-          const int ld = L.padded(Z);
-          s.push_back({transposed ? columns_of(p, ld) : rows_of(p, ld), other, transposed ? k_of_rows : Z});
-        }
-      } else {
-        const int w = c.branches[h - 1] * Z, ld = L.branch_ld(h - 1);
-        const float* p = d_branch_out_.data() + L.branch_block(B, h - 1);
-        s.push_back({transposed ? columns_of(p, ld) : rows_of(p, ld), other, transposed ? k_of_rows : w});
-      }
-      return s;
-    };
+    c51.heads = main_heads([&](int h) {
+      std::vector<std::pair<const float*, int>> parts;
+      if (h == 0)
+        for (int k = 0; k < K; ++k) parts.emplace_back(d_value_parts_.data() + L.value_at(B, k, 0, 0), L.padded(Z));
+      else
+        parts.emplace_back(d_branch_out_.data() + L.branch_block(B, h - 1), L.branch_ld(h - 1));
+      return parts;
+    });
     c51.dz_hidden = dz_hidden_.data();
     for (int i = 0; i < T; ++i) c51.d_trunk.push_back(g.d_trunk[i].data());
     c51.grad = &grad;
     c51.in_norm = true;
   }
   for (const FusedRider& r : riders) {
-    require(r.g != nullptr && r.grad != nullptr && r.loss && r.g->rows == B, "FusedC51: a rider without its loss, "
-            "gradients or gradient buffer, or with ", r.g ? r.g->rows : 0, " gradient rows; expected ", B);
-    rider_dz_hidden_.emplace_back("zs::fused::rider_dz_hidden", static_cast<std::size_t>(heads) * B * H);
     Chain ch;
-    const Gradients* rg = r.g;
-    const kernels::BranchTable table = net.table();
-    // The rider's output gradients as the launch plans read them: [B, atoms] for the value
-    // stream, branch k's [B, n_k·atoms] block.
-    ch.d_out = [rg, table, B, Z](int h, bool transposed, const ProductOperand& other, int k_of_rows) {
-      const float* p = h == 0 ? rg->d_value_out.data() : rg->d_branch_out.data() + table.block(B, Z, h - 1);
-      const int w = h == 0 ? Z : table.size(h - 1) * Z;
-      return std::vector<ProductSegment>{
-          {transposed ? columns_of(p, w) : rows_of(p, w), other, transposed ? k_of_rows : w}};
-    };
+    if (r.head_sets.empty()) {
+      require(r.g->d_value_out.extent(0) >= static_cast<std::size_t>(B) * Z, "FusedC51: a rider's d_value_out of ",
+              r.g->d_value_out.extent(0), " floats; expected ", static_cast<std::size_t>(B) * Z);
+      const Gradients* rg = r.g;
+      ch.heads = main_heads([&](int h) {
+        const float* p = h == 0 ? rg->d_value_out.data() : rg->d_branch_out.data() + table.block(B, Z, h - 1);
+        return std::vector<std::pair<const float*, int>>{{p, net.head_width(h)}};
+      });
+    }
+    for (const HeadSetGrads& hs : r.head_sets)
+      for (int h = 0; h < heads; ++h) {
+        const int w = net.head_width(h);
+        const float* p = h == 0 ? hs.d_value_out : hs.d_branch_out + table.block(B, Z, h - 1);
+        ch.heads.push_back({hs.set.hidden_layer(h), w,
+                            h == 0 ? hs.acts.value_hidden.data() : hs.acts.branch_hidden[h - 1].data(), {{p, w}}});
+      }
+    rider_dz_hidden_.emplace_back("zs::fused::rider_dz_hidden", ch.heads.size() * B * H);
     ch.dz_hidden = rider_dz_hidden_.back().data();
     for (int i = 0; i < T; ++i) ch.d_trunk.push_back(r.g->d_trunk[i].data());
     ch.grad = r.grad;
@@ -157,23 +188,23 @@ FusedC51::FusedC51(const StepContext& ctx, Gradients& g, const ParamBuffer& grad
 
   // The weight gradients: dW = dzᵀ · x, db = Σ_rows dz, for head h's output layer, its hidden
   // layer, and trunk layer i.
-  auto dw_out = [&](const Chain& ch, int h) {
-    const int out = set.hidden_layer(h) + 1;
+  auto dw_out = [&](const Chain& ch, std::size_t h) {
+    const ChainHead& hd = ch.heads[h];
     ProductJob dw;
-    dw.m = net.head_width(h);
+    dw.m = hd.width;
     dw.n = H;
-    dw.out = ch.grad->weight(out).data();
+    dw.out = ch.grad->weight(hd.hidden_layer + 1).data();
     dw.out_ld = H;
-    dw.row_sums = ch.grad->bias(out).data();
-    b.product(dw, ch.d_out(h, true, columns_of(hidden_of(h), H), B), ch.in_norm);
+    dw.row_sums = ch.grad->bias(hd.hidden_layer + 1).data();
+    b.product(dw, d_out_segments(hd, true, columns_of(hd.hidden, H), B), ch.in_norm);
   };
-  auto dw_hidden = [&](const Chain& ch, int h) {
+  auto dw_hidden = [&](const Chain& ch, std::size_t h) {
     ProductJob dw;
     dw.m = H;
     dw.n = F;
-    dw.out = ch.grad->weight(set.hidden_layer(h)).data();
+    dw.out = ch.grad->weight(ch.heads[h].hidden_layer).data();
     dw.out_ld = F;
-    dw.row_sums = ch.grad->bias(set.hidden_layer(h)).data();
+    dw.row_sums = ch.grad->bias(ch.heads[h].hidden_layer).data();
     b.product(dw, {{columns_of(ch.dz_hidden_of(h, B, H), H), columns_of(online.trunk[T - 1].data(), F), B}},
               ch.in_norm);
   };
@@ -209,9 +240,9 @@ FusedC51::FusedC51(const StepContext& ctx, Gradients& g, const ParamBuffer& grad
     b.launch_between([chain = chain_.get()](const ExecSpace& exec) { chain->enqueue(exec); });
     b.phase();
     const Chain& c51 = chains[0];
-    for (int h = 0; h < heads; ++h) dw_out(c51, h);
+    for (std::size_t h = 0; h < c51.heads.size(); ++h) dw_out(c51, h);
     b.tiles(kernels::FusedTileKind::c51_finish, 1);
-    for (int h = 0; h < heads; ++h) dw_hidden(c51, h);
+    for (std::size_t h = 0; h < c51.heads.size(); ++h) dw_hidden(c51, h);
     for (int i = T - 1; i >= 0; --i) dw_trunk(c51, i);
   } else {
     // The riders' losses read the online net's log-probabilities on s, which the loss's phase
@@ -235,10 +266,11 @@ FusedC51::FusedC51(const StepContext& ctx, Gradients& g, const ParamBuffer& grad
     };
     b.phase();
     for (const Chain& ch : chains)
-      for (int h = 0; h < heads; ++h) {
+      for (std::size_t h = 0; h < ch.heads.size(); ++h) {
         // d_hidden = d_out · W_out.
-        b.product(dx(H, ch.dz_hidden_of(h, B, H), hidden_of(h)),
-                  ch.d_out(h, false, columns_of(ctx.online.weight(set.hidden_layer(h) + 1).data(), H), 0));
+        const ChainHead& hd = ch.heads[h];
+        b.product(dx(H, ch.dz_hidden_of(h, B, H), hd.hidden),
+                  d_out_segments(hd, false, columns_of(ctx.online.weight(hd.hidden_layer + 1).data(), H), 0));
         dw_out(ch, h);
       }
     b.tiles(kernels::FusedTileKind::c51_finish, 1);
@@ -247,10 +279,11 @@ FusedC51::FusedC51(const StepContext& ctx, Gradients& g, const ParamBuffer& grad
     for (const Chain& ch : chains) {
       // ∂loss/∂features = Σ_heads dz_hidden · W_hidden.
       std::vector<ProductSegment> s;
-      for (int h = 0; h < heads; ++h)
-        s.push_back({rows_of(ch.dz_hidden_of(h, B, H), H), columns_of(ctx.online.weight(set.hidden_layer(h)).data(), F), H});
+      for (std::size_t h = 0; h < ch.heads.size(); ++h)
+        s.push_back({rows_of(ch.dz_hidden_of(h, B, H), H),
+                     columns_of(ctx.online.weight(ch.heads[h].hidden_layer).data(), F), H});
       b.product(dx(F, ch.d_trunk[T - 1], online.trunk[T - 1].data()), s);
-      for (int h = 0; h < heads; ++h) dw_hidden(ch, h);
+      for (std::size_t h = 0; h < ch.heads.size(); ++h) dw_hidden(ch, h);
     }
     for (int i = T - 1; i >= 0; --i) {
       b.phase();

@@ -17,9 +17,9 @@ void CqlTerm::enqueue(const ExecSpace& exec, const Gemm& gemm) {
   backward_->enqueue(exec, gemm, ctx_.side);
 }
 
-std::optional<FusedRider> CqlTerm::ride_fused() {
+std::optional<FusedRider> CqlTerm::ride_fused(const FusedOptions&) {
   riding_ = true;
-  return FusedRider{[this](const ExecSpace& exec) { enqueue_loss(exec); }, &g_, &grad()};
+  return FusedRider{[this](const ExecSpace& exec) { enqueue_loss(exec); }, &g_, &grad(), {}};
 }
 
 void CqlTerm::enqueue_loss(const ExecSpace& exec) {

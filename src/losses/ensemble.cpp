@@ -1,6 +1,7 @@
 #include "losses/ensemble.hpp"
 
 #include <cstddef>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -23,22 +24,54 @@ EnsembleTerm::EnsembleTerm(const StepContext& ctx, float budget)
   require(c.ensemble.k >= 1, "ensemble: k = ", c.ensemble.k, "; expected at least 1");
   const std::size_t A = c.total_actions(), J = c.atoms;
   std::vector<std::pair<HeadSet, HeadActs>> sets;
-  std::vector<HeadSetGrads> grads;
   for (int e = 0; e < c.ensemble.k; ++e) {
     heads_.emplace_back(c, B, LogProbs(logp_.data() + std::size_t(e) * B * A * J, B, A, J));
     const std::string m = "ensemble." + std::to_string(e);
     const HeadSet set{ctx.layout.layer_index(m + ".value.0"), ctx.layout.layer_index(m + ".branch.0.0")};
     sets.emplace_back(set, heads_[e]);
-    grads.push_back({set, heads_[e], d_value_.data() + std::size_t(e) * B * J, d_branch_.data() + std::size_t(e) * B * A * J});
+    grads_.push_back({set, heads_[e], d_value_.data() + std::size_t(e) * B * J, d_branch_.data() + std::size_t(e) * B * A * J});
   }
   const ConstMatrixView features(ctx.online_acts.trunk[T - 1].data(), B, F);
   forward_ = std::make_unique<ForwardPlan>(ctx.net, ctx.online, features, sets);
-  backward_ = std::make_unique<BackwardPlan>(ctx.net, ctx.online, ctx.batch.states(), ctx.online_acts, grads, g_, grad());
+  backward_ = std::make_unique<BackwardPlan>(ctx.net, ctx.online, ctx.batch.states(), ctx.online_acts, grads_, g_, grad());
 }
 
 void EnsembleTerm::enqueue(const ExecSpace& exec, const Gemm& gemm) {
-  const Config& c = ctx_.config;
+  if (riding_) return;
   forward_->enqueue(exec, gemm, ctx_.side);
+  enqueue_loss(exec);
+  backward_->enqueue(exec, gemm, ctx_.side);
+}
+
+std::optional<FusedRider> EnsembleTerm::ride_fused(const FusedOptions& options) {
+  if (options.cluster_forward || options.row_block_forward != 0) return std::nullopt;
+  // The dueling head ForwardPlan would run after the members' output layers, which the kernel
+  // writes without their biases.
+  const int K = static_cast<int>(ctx_.config.branches.size());
+  std::vector<kernels::DuelingEntry> entries;
+  std::vector<const float*> branch_biases;
+  for (const HeadSetGrads& m : grads_) {
+    kernels::DuelingEntry e;
+    e.value = m.acts.value_out.data();
+    e.branch_out = m.acts.branch_out.data();
+    e.logp = m.acts.logp.data();
+    e.total_rows = e.rows = m.acts.rows;
+    e.value_bias = ctx_.online.bias(m.set.hidden_layer(0) + 1).data();
+    e.branch_bias = static_cast<int>(branch_biases.size());
+    for (int k = 0; k < K; ++k) branch_biases.push_back(ctx_.online.bias(m.set.hidden_layer(1 + k) + 1).data());
+    entries.push_back(e);
+  }
+  dueling_ = kernels::DuelingLaunch<ExecSpace>(entries, branch_biases, ctx_.net.table(), ctx_.config.atoms);
+  riding_ = true;
+  return FusedRider{[this](const ExecSpace& exec) {
+                      dueling_(exec);
+                      enqueue_loss(exec);
+                    },
+                    &g_, &grad(), grads_};
+}
+
+void EnsembleTerm::enqueue_loss(const ExecSpace& exec) {
+  const Config& c = ctx_.config;
   kernels::EnsembleLoss<ExecSpace> f;
   f.logp = logp_;
   f.projected = ctx_.c51.projected;
@@ -57,7 +90,6 @@ void EnsembleTerm::enqueue(const ExecSpace& exec, const Gemm& gemm) {
   s.v_min = c.v_min;
   s.delta = (c.v_max - c.v_min) / static_cast<float>(c.atoms - 1);
   kernels::ensemble_spread(exec, s, spread_mean_);
-  backward_->enqueue(exec, gemm, ctx_.side);
 }
 
 }  // namespace zs

@@ -3,10 +3,12 @@
 // gradient (heads and trunk), and the spread of Q over all heads as uncertainty.
 #pragma once
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "kernels/c51_head.hpp"
 #include "losses/loss_term.hpp"
 #include "nn/network_plan.hpp"
 
@@ -16,6 +18,10 @@ class EnsembleTerm final : public LossTerm {
  public:
   EnsembleTerm(const StepContext& ctx, float budget);
   void enqueue(const ExecSpace& exec, const Gemm& gemm) override;
+  // Its members are head sets on the online net's features of s: where the fused kernel's forward
+  // is phases, it carries their forward and the backward; the term then runs their dueling head,
+  // its loss and the spread between the kernel's loss phase and its backward.
+  std::optional<FusedRider> ride_fused(const FusedOptions& options) override;
   std::pair<std::string, DeviceScalar<float>> statistic() const override { return {"spread", spread_mean_}; }
   std::vector<std::pair<std::string, Kokkos::View<const float*, MemSpace>>> sample_outputs() const override {
     return {{"spread", spread_}};
@@ -30,8 +36,13 @@ class EnsembleTerm final : public LossTerm {
   DeviceScalar<float> spread_mean() const { return spread_mean_; }
 
  private:
+  void enqueue_loss(const ExecSpace& exec);
+
   const StepContext& ctx_;
   Gradients g_;
+  std::vector<HeadSetGrads> grads_;  // each member's head set, activations and output gradients
+  kernels::DuelingLaunch<ExecSpace> dueling_;  // riding: the members' dueling head (and output biases)
+  bool riding_ = false;
   Kokkos::View<float****, Kokkos::LayoutRight, MemSpace> logp_;
   Kokkos::View<float***, Kokkos::LayoutRight, MemSpace> d_value_;
   Kokkos::View<float**, Kokkos::LayoutRight, MemSpace> d_branch_;

@@ -20,6 +20,7 @@
 #include "nn/batch.hpp"
 #include "nn/fused_kernel.hpp"
 #include "nn/network.hpp"
+#include "nn/network_plan.hpp"
 #include "nn/param_buffer.hpp"
 
 namespace zs {
@@ -60,15 +61,24 @@ struct StepContext {
 };
 
 // What a term gives the C51 term's fused kernel to run its backward in the kernel's backward
-// phases (FusedOptions::auxiliaries_ride): a term whose gradient is the online net's on s through
-// the main heads, from ∂loss/∂(head outputs), as a BackwardPlan would compute it from g.
+// phases (FusedOptions::auxiliaries_ride): a term whose gradient is the online net's on s, from
+// ∂loss/∂(head outputs) through heads on the trunk's features and the trunk, as a BackwardPlan
+// would compute it.
 struct FusedRider {
-  // Enqueues the term's loss and ∂loss/∂(head outputs) into g->d_value_out ([B, atoms]) and
-  // g->d_branch_out (a [B, n_k·atoms] block a branch, BranchTable::block); the kernel runs it
-  // once its loss phase has written the online net's log-probabilities.
+  // Enqueues the term's loss and ∂loss/∂(head outputs); the kernel runs it once its loss phase has
+  // written the online net's log-probabilities and C51's targets.
   std::function<void(const ExecSpace&)> loss;
-  Gradients* g = nullptr;          // its output gradients above, and its trunk gradients d_trunk
+  // Without head sets, the heads are the main ones (the online net's activations): ∂loss/∂(head
+  // outputs) in g->d_value_out ([B, atoms]) and g->d_branch_out (a [B, n_k·atoms] block a branch,
+  // BranchTable::block). g->d_trunk: the trunk's gradients, always.
+  Gradients* g = nullptr;
   const ParamBuffer* grad = nullptr;  // where the products write the term's gradient
+  // The term's own head sets on the online net's features of s (the ensemble's members), with
+  // their B-row activations and ∂loss/∂(their outputs): their forward rides the forward's head
+  // phases (the output layers without their biases: `loss` runs their dueling head), their
+  // backward the backward's. Only where the forward is phases (not FusedOptions::cluster_forward
+  // or row_block_forward).
+  std::vector<HeadSetGrads> head_sets;
 };
 
 class LossTerm {
@@ -90,10 +100,10 @@ class LossTerm {
 
   // Enqueues the term's loss and its gradient into grad() on `exec`: no allocation, no sync.
   virtual void enqueue(const ExecSpace& exec, const Gemm& gemm) = 0;
-  // Hands the term's backward to the C51 term's fused kernel, where the term can give it one
-  // (FusedRider): from then on enqueue() runs nothing, the kernel runs it all. nullopt: the term
-  // keeps its own launches.
-  virtual std::optional<FusedRider> ride_fused() { return std::nullopt; }
+  // Hands the term's backward to the C51 term's fused kernel of `options`, where the term can give
+  // it one (FusedRider): from then on enqueue() runs nothing, the kernel runs it all. nullopt: the
+  // term keeps its own launches.
+  virtual std::optional<FusedRider> ride_fused(const FusedOptions&) { return std::nullopt; }
   // One statistic of the term's own for the metrics record (name, device scalar), if it has one.
   virtual std::pair<std::string, DeviceScalar<float>> statistic() const { return {}; }
   // Per-sample outputs worth writing out (`zerosync step`): name → [B] device values.

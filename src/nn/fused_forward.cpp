@@ -78,7 +78,7 @@ kernels::DuelingTiles<ExecSpace, kernels::DuelingTable<MemSpace>> dueling_tiles(
 
 kernels::DuelingTiles<ExecSpace, kernels::DuelingTable<MemSpace>> add_forward_phases(
     FusedBuilder& b, const Network& net, const std::vector<ForwardPass>& passes, const FusedOptions& options,
-    bool dueling_phase) {
+    bool dueling_phase, const std::vector<HeadSetPass>& head_sets) {
   const Config& c = net.config();
   std::string why;
   require(fused_supports(c, options, &why), "fused forward: ", why);
@@ -95,6 +95,14 @@ kernels::DuelingTiles<ExecSpace, kernels::DuelingTable<MemSpace>> add_forward_ph
             x.row0 + R, " of activations with ", x.acts->rows, " rows");
   }
   require(R >= 1, "fused forward: passes of 0 rows; expected at least 1");
+  for (std::size_t i = 0; i < head_sets.size(); ++i) {
+    const HeadSetPass& x = head_sets[i];
+    require(x.params != nullptr && x.features != nullptr && x.acts.rows >= 1 &&
+                static_cast<int>(x.acts.branch_hidden.size()) == static_cast<int>(c.branches.size()),
+            "fused forward: head set ", i, " without parameters, features or activations (", x.acts.rows,
+            " rows, ", x.acts.branch_hidden.size(), " branches); expected all of them, ", c.branches.size(),
+            " branches");
+  }
   const std::vector<Run> runs = runs_of(passes, c.state_dim);
   auto at = [](const DeviceFloats& f, int row0, int cols) { return f.data() + static_cast<std::size_t>(row0) * cols; };
 
@@ -132,6 +140,20 @@ kernels::DuelingTiles<ExecSpace, kernels::DuelingTable<MemSpace>> add_forward_ph
       j.relu = 1;
       b.product(j, {{rows_of(at(r.acts->trunk[T - 1], r.row0, F), F), rows_of(r.params->weight(set.hidden_layer(h)).data(), F), F}});
     }
+  auto set_hidden = [](const HeadSetPass& x, int h) {
+    return h == 0 ? x.acts.value_hidden.data() : x.acts.branch_hidden[h - 1].data();
+  };
+  for (const HeadSetPass& x : head_sets)
+    for (int h = 0; h <= K; ++h) {
+      ProductJob j;
+      j.m = x.acts.rows;
+      j.n = H;
+      j.out = set_hidden(x, h);
+      j.out_ld = H;
+      j.bias = x.params->bias(x.set.hidden_layer(h)).data();
+      j.relu = 1;
+      b.product(j, {{rows_of(x.features, F), rows_of(x.params->weight(x.set.hidden_layer(h)).data(), F), F}});
+    }
   b.phase();
   for (const Run& r : runs)
     for (int h = 0; h <= K; ++h) {
@@ -143,6 +165,17 @@ kernels::DuelingTiles<ExecSpace, kernels::DuelingTable<MemSpace>> add_forward_ph
       j.out_ld = width;
       j.bias = r.params->bias(set.hidden_layer(h) + 1).data();
       b.product(j, {{rows_of(hidden_of(r, h), H), rows_of(r.params->weight(set.hidden_layer(h) + 1).data(), H), H}});
+    }
+  for (const HeadSetPass& x : head_sets)
+    for (int h = 0; h <= K; ++h) {
+      const int width = net.head_width(h);
+      ProductJob j;
+      j.m = x.acts.rows;
+      j.n = width;
+      j.out = h == 0 ? x.acts.value_out.data()
+                     : x.acts.branch_out.data() + net.table().block(x.acts.rows, c.atoms, h - 1);
+      j.out_ld = width;
+      b.product(j, {{rows_of(set_hidden(x, h), H), rows_of(x.params->weight(x.set.hidden_layer(h) + 1).data(), H), H}});
     }
   const kernels::DuelingTiles<ExecSpace, kernels::DuelingTable<MemSpace>> d = dueling_tiles(net, passes, options);
   if (dueling_phase) {

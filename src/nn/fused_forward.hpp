@@ -12,6 +12,17 @@
 
 namespace zs {
 
+// A head set of its own on `features` ([acts.rows, trunk.back()]) with `params` (the ensemble's
+// members on the online net's features of s): its hidden layers ride the heads' hidden phase, its
+// output layers the output layers' phase, written without their biases, as ForwardPlan leaves them
+// for the dueling launch (which the head set's owner runs).
+struct HeadSetPass {
+  const ParamBuffer* params = nullptr;
+  const float* features = nullptr;
+  HeadSet set;
+  HeadActs acts;
+};
+
 // Appends the forward's phases for `passes` (all of the same row count; adjacent passes of one
 // parameter buffer into adjacent rows of one Activations, reading adjacent input rows, share
 // their products) and returns the dueling head the last phase runs. dueling_phase false: the
@@ -19,7 +30,7 @@ namespace zs {
 // loss, FusedOptions::fuse_head_loss); what is returned is then not run.
 kernels::DuelingTiles<ExecSpace, kernels::DuelingTable<MemSpace>> add_forward_phases(
     FusedBuilder& b, const Network& net, const std::vector<ForwardPass>& passes, const FusedOptions& options,
-    bool dueling_phase = true);
+    bool dueling_phase = true, const std::vector<HeadSetPass>& head_sets = {});
 
 // The dueling head's table for `passes` (one entry per run of adjacent passes), which
 // add_forward_phases returns; for a caller whose forward runs elsewhere (FusedOptions::row_block_forward).
