@@ -121,6 +121,9 @@ struct IqnModulateBackward {
   IqnConstMat<Exec> d_h, phi, features;
   IqnMat<Exec> d_phi, d_features;
   int n_tau;
+  // d_features through the ReLU that made `features` too (zero where a feature is <= 0; a NaN
+  // keeps its gradient), as the trunk's backward would take it (FusedRider::features_given).
+  int through_relu = 0;
   KOKKOS_INLINE_FUNCTION void operator()(const int f, const int i) const {
     float acc = 0.f;
     const float x = features(i, f);
@@ -130,7 +133,7 @@ struct IqnModulateBackward {
       acc += g * p;
       d_phi(r, f) = p <= 0.f ? 0.f : g * x;  // a NaN φ keeps its gradient, like relu_backward
     }
-    d_features(i, f) = acc;
+    d_features(i, f) = through_relu && x <= 0.f ? 0.f : acc;
   }
 };
 

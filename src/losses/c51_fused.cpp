@@ -163,7 +163,7 @@ FusedC51::FusedC51(const StepContext& ctx, Gradients& g, const ParamBuffer& grad
   }
   for (const FusedRider& r : riders) {
     Chain ch;
-    if (r.head_sets.empty()) {
+    if (r.head_sets.empty() && !r.features_given) {
       require(r.g->d_value_out.extent(0) >= static_cast<std::size_t>(B) * Z, "FusedC51: a rider's d_value_out of ",
               r.g->d_value_out.extent(0), " floats; expected ", static_cast<std::size_t>(B) * Z);
       const Gradients* rg = r.g;
@@ -172,6 +172,8 @@ FusedC51::FusedC51(const StepContext& ctx, Gradients& g, const ParamBuffer& grad
         return std::vector<std::pair<const float*, int>>{{p, net.head_width(h)}};
       });
     }
+    require(!r.features_given || r.head_sets.empty(), "FusedC51: a rider with ", r.head_sets.size(),
+            " head sets and its features' gradient given; expected one or the other");
     for (const HeadSetGrads& hs : r.head_sets)
       for (int h = 0; h < heads; ++h) {
         const int w = net.head_width(h);
@@ -282,7 +284,7 @@ FusedC51::FusedC51(const StepContext& ctx, Gradients& g, const ParamBuffer& grad
       for (std::size_t h = 0; h < ch.heads.size(); ++h)
         s.push_back({rows_of(ch.dz_hidden_of(h, B, H), H),
                      columns_of(ctx.online.weight(ch.heads[h].hidden_layer).data(), F), H});
-      b.product(dx(F, ch.d_trunk[T - 1], online.trunk[T - 1].data()), s);
+      if (!s.empty()) b.product(dx(F, ch.d_trunk[T - 1], online.trunk[T - 1].data()), s);
       for (std::size_t h = 0; h < ch.heads.size(); ++h) dw_hidden(ch, h);
     }
     for (int i = T - 1; i >= 0; --i) {

@@ -17,9 +17,13 @@ void CqlTerm::enqueue(const ExecSpace& exec, const Gemm& gemm) {
   backward_->enqueue(exec, gemm, ctx_.side);
 }
 
-std::optional<FusedRider> CqlTerm::ride_fused(const FusedOptions&) {
+std::optional<FusedRider> CqlTerm::ride_fused(const FusedOptions&, const Gemm&) {
   riding_ = true;
-  return FusedRider{[this](const ExecSpace& exec) { enqueue_loss(exec); }, &g_, &grad(), {}};
+  FusedRider r;
+  r.loss = [this](const ExecSpace& exec) { enqueue_loss(exec); };
+  r.g = &g_;
+  r.grad = &grad();
+  return r;
 }
 
 void CqlTerm::enqueue_loss(const ExecSpace& exec) {

@@ -14,7 +14,7 @@ class CqlTerm final : public LossTerm {
   CqlTerm(const StepContext& ctx, float budget);
   void enqueue(const ExecSpace& exec, const Gemm& gemm) override;
   // Its gradient is the online net's on s through the main heads: the fused kernel can carry it.
-  std::optional<FusedRider> ride_fused(const FusedOptions& options) override;
+  std::optional<FusedRider> ride_fused(const FusedOptions& options, const Gemm& gemm) override;
 
  private:
   void enqueue_loss(const ExecSpace& exec);

@@ -43,7 +43,7 @@ void EnsembleTerm::enqueue(const ExecSpace& exec, const Gemm& gemm) {
   backward_->enqueue(exec, gemm, ctx_.side);
 }
 
-std::optional<FusedRider> EnsembleTerm::ride_fused(const FusedOptions& options) {
+std::optional<FusedRider> EnsembleTerm::ride_fused(const FusedOptions& options, const Gemm&) {
   if (options.cluster_forward || options.row_block_forward != 0) return std::nullopt;
   // The dueling head ForwardPlan would run after the members' output layers, which the kernel
   // writes without their biases.
@@ -63,11 +63,15 @@ std::optional<FusedRider> EnsembleTerm::ride_fused(const FusedOptions& options) 
   }
   dueling_ = kernels::DuelingLaunch<ExecSpace>(entries, branch_biases, ctx_.net.table(), ctx_.config.atoms);
   riding_ = true;
-  return FusedRider{[this](const ExecSpace& exec) {
-                      dueling_(exec);
-                      enqueue_loss(exec);
-                    },
-                    &g_, &grad(), grads_};
+  FusedRider r;
+  r.loss = [this](const ExecSpace& exec) {
+    dueling_(exec);
+    enqueue_loss(exec);
+  };
+  r.g = &g_;
+  r.grad = &grad();
+  r.head_sets = grads_;
+  return r;
 }
 
 void EnsembleTerm::enqueue_loss(const ExecSpace& exec) {

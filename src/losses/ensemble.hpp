@@ -21,7 +21,7 @@ class EnsembleTerm final : public LossTerm {
   // Its members are head sets on the online net's features of s: where the fused kernel's forward
   // is phases, it carries their forward and the backward; the term then runs their dueling head,
   // its loss and the spread between the kernel's loss phase and its backward.
-  std::optional<FusedRider> ride_fused(const FusedOptions& options) override;
+  std::optional<FusedRider> ride_fused(const FusedOptions& options, const Gemm& gemm) override;
   std::pair<std::string, DeviceScalar<float>> statistic() const override { return {"spread", spread_mean_}; }
   std::vector<std::pair<std::string, Kokkos::View<const float*, MemSpace>>> sample_outputs() const override {
     return {{"spread", spread_}};

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstddef>
+#include <optional>
 #include <tuple>
 #include <vector>
 
@@ -91,6 +92,26 @@ void IqnTerm::load_state(const safetensors::File& f) {
 }
 
 void IqnTerm::enqueue(const ExecSpace& exec, const Gemm& gemm) {
+  if (riding_) return;
+  enqueue_head(exec, gemm, false);
+  trunk_->enqueue(exec, gemm, ctx_.side);
+  if (ctx_.side) ctx_.side->join();
+}
+
+std::optional<FusedRider> IqnTerm::ride_fused(const FusedOptions&, const Gemm& gemm) {
+  riding_ = true;
+  FusedRider r;
+  r.loss = [this, &gemm](const ExecSpace& exec) {
+    enqueue_head(exec, gemm, true);
+    if (ctx_.side) ctx_.side->join();
+  };
+  r.g = &g_;
+  r.grad = &grad();
+  r.features_given = true;
+  return r;
+}
+
+void IqnTerm::enqueue_head(const ExecSpace& exec, const Gemm& gemm, bool through_relu) {
   const Config& c = ctx_.config;
   const DeviceBatch& batch = ctx_.batch;
   const ParamBuffer &online_params = ctx_.online, &target_params = ctx_.target;
@@ -127,7 +148,7 @@ void IqnTerm::enqueue(const ExecSpace& exec, const Gemm& gemm) {
   f.n_tau_target = N_;
   kernels::iqn_loss(exec, f, loss());
 
-  // Backward: iqn.1, iqn.0, the modulation, iqn.embed; then the trunk from ∂loss/∂features.
+  // Backward: iqn.1, iqn.0, the modulation, iqn.embed (the trunk from ∂loss/∂features is the caller's).
   // The weight gradients go to the side lane, if there is one, each forked after what it reads.
   const ParamBuffer& g = grad();
   const ParamBuffer& p = online_params;
@@ -145,11 +166,9 @@ void IqnTerm::enqueue(const ExecSpace& exec, const Gemm& gemm) {
   const MatrixView d_h = as_matrix(d_h_, R, F_), d_phi = as_matrix(d_phi_, R, F_);
   gemm(Trans::N, Trans::N, 1.f, as_const(dh), as_const(p.weight(layer_ + 1)), 0.f, d_h);
   kernels::iqn_modulate_backward<ExecSpace>(
-      exec, {as_const(d_h), phi, features, d_phi, as_matrix(g_.d_trunk[T - 1], B_, F_), N_});
+      exec, {as_const(d_h), phi, features, d_phi, as_matrix(g_.d_trunk[T - 1], B_, F_), N_, through_relu ? 1 : 0});
   weight_grad(as_const(d_phi), cos_online, g.weight(layer_));
   embed_sums_(exec);
-  trunk_->enqueue(exec, gemm, side);
-  if (side) side->join();
 }
 
 }  // namespace zs

@@ -5,6 +5,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <optional>
 
 #include "kernels/dense_batch.hpp"
 #include "losses/loss_term.hpp"
@@ -16,6 +17,9 @@ class IqnTerm final : public LossTerm {
  public:
   IqnTerm(const StepContext& ctx, float budget);
   void enqueue(const ExecSpace& exec, const Gemm& gemm) override;
+  // Its gradient reaches the trunk through the features: the fused kernel can carry the trunk's
+  // backward, the term's own layers running in its loss launch.
+  std::optional<FusedRider> ride_fused(const FusedOptions& options, const Gemm& gemm) override;
   void save_state(safetensors::File& f) const override;
   void check_state(const safetensors::File& f) const override;
   void load_state(const safetensors::File& f) override;
@@ -30,6 +34,11 @@ class IqnTerm final : public LossTerm {
   std::uint64_t seed() const { return seed_; }
 
  private:
+  // τ, the quantile network on both sides, the loss and the backward down to ∂loss/∂features
+  // (through the trunk's last ReLU when through_relu), the weight gradients forked onto the side
+  // lane (not joined).
+  void enqueue_head(const ExecSpace& exec, const Gemm& gemm, bool through_relu);
+
   struct Side {
     DeviceFloats phi, h, hidden, out;
   };
@@ -49,6 +58,7 @@ class IqnTerm final : public LossTerm {
   kernels::BiasActLaunch<ExecSpace> hidden_bias_, quantile_bias_;
   kernels::ColumnSumLaunch<ExecSpace> head_sums_, embed_sums_;
   std::unique_ptr<BackwardPlan> trunk_;
+  bool riding_ = false;  // ride_fused() was taken: the fused kernel runs the trunk's backward
 };
 
 }  // namespace zs

@@ -73,6 +73,9 @@ struct FusedRider {
   // BranchTable::block). g->d_trunk: the trunk's gradients, always.
   Gradients* g = nullptr;
   const ParamBuffer* grad = nullptr;  // where the products write the term's gradient
+  // No heads at all: `loss` leaves ∂loss/∂(the trunk's output), through its last ReLU, in
+  // g->d_trunk[T − 1] (IQN, whose own layers it runs), and the kernel runs the trunk's backward.
+  bool features_given = false;
   // The term's own head sets on the online net's features of s (the ensemble's members), with
   // their B-row activations and ∂loss/∂(their outputs): their forward rides the forward's head
   // phases (the output layers without their biases: `loss` runs their dueling head), their
@@ -101,9 +104,9 @@ class LossTerm {
   // Enqueues the term's loss and its gradient into grad() on `exec`: no allocation, no sync.
   virtual void enqueue(const ExecSpace& exec, const Gemm& gemm) = 0;
   // Hands the term's backward to the C51 term's fused kernel of `options`, where the term can give
-  // it one (FusedRider): from then on enqueue() runs nothing, the kernel runs it all. nullopt: the
-  // term keeps its own launches.
-  virtual std::optional<FusedRider> ride_fused(const FusedOptions&) { return std::nullopt; }
+  // it one (FusedRider; `gemm`: the step's, for what the rider's loss launches): from then on
+  // enqueue() runs nothing, the kernel runs it all. nullopt: the term keeps its own launches.
+  virtual std::optional<FusedRider> ride_fused(const FusedOptions&, const Gemm&) { return std::nullopt; }
   // One statistic of the term's own for the metrics record (name, device scalar), if it has one.
   virtual std::pair<std::string, DeviceScalar<float>> statistic() const { return {}; }
   // Per-sample outputs worth writing out (`zerosync step`): name → [B] device values.

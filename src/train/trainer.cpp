@@ -74,7 +74,7 @@ Trainer::Trainer(const Config& config, const TrainerOptions& options)
     std::vector<FusedRider> riders;
     if (FusedC51::carries_riders(options_.fused))
       for (std::size_t i = 1; i < terms_.size(); ++i)
-        if (auto r = terms_[i]->ride_fused(options_.fused)) riders.push_back(std::move(*r));
+        if (auto r = terms_[i]->ride_fused(options_.fused, gemm_)) riders.push_back(std::move(*r));
     c51->fuse(riders);
   }
   Kokkos::deep_copy(unit_scale_, 1.f);
