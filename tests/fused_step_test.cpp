@@ -1019,10 +1019,11 @@ TEST(FusedC51, AuxiliariesRideTheKernelsPhasesAndTheirGradientsAreTheirLaunchPla
     ASSERT_TRUE(riding.fused() && apart.fused()) << riding.fused_off_reason();
     const zs::FusedKernel& kr = *riding.fused_kernel();
     const zs::FusedKernel& ka = *apart.fused_kernel();
-    // The same phases, one launch more (the losses), and the riders' products in the backward's
-    // phases and, for the ensemble, the forward's two head phases.
+    // The same phases, one launch more (the losses; with IQN one more, which forks its quantile
+    // network onto the side lane after the trunk's forward), and the riders' products in the
+    // backward's phases and, for the ensemble, the forward's two head phases.
     ASSERT_EQ(kr.phases(), ka.phases());
-    EXPECT_EQ(kr.launches(), ka.launches() + 1);
+    EXPECT_EQ(kr.launches(), ka.launches() + (c.iqn.on ? 2 : 1));
     int more = 0;
     for (int p = 0; p < kr.phases(); ++p) {
       EXPECT_GE(kr.tiles(p), ka.tiles(p)) << "phase " << p;
@@ -1060,15 +1061,22 @@ TEST(FusedC51, AuxiliariesRideTheKernelsPhasesAndTheirGradientsAreTheirLaunchPla
       EXPECT_NEAR(tr->terms[i].grad_norm, tp->terms[i].grad_norm, (kTf32 ? 1e-2 : 1e-5) * tp->terms[i].grad_norm + 1e-7);
     }
     // Captured into a graph (which a hidden sync, allocation or blocking copy would break) and
-    // replayed, the riding step gives the direct launches' bits.
-    zs::Trainer graph(c, rides), direct(c, rides);
+    // replayed, the riding step gives the direct launches' bits; and without a side lane (IQN's
+    // quantile network then in the riders' launch), the same bits again.
+    auto no_side = rides;
+    no_side.side_lane = false;
+    zs::Trainer graph(c, rides), direct(c, rides), alone(c, no_side);
+    EXPECT_EQ(alone.fused_kernel()->launches(), ka.launches() + 1);
     zs::test::step_on_same_batches(graph, direct, 4, seed + 200, [](zs::Trainer& g, zs::Trainer& d) {
       g.step();
       d.step_direct();
     });
+    zs::test::step_on_same_batches(alone, alone, 4, seed + 200, [](zs::Trainer& a, zs::Trainer&) { a.step(); });
     EXPECT_TRUE(graph.graph_recorded());
-    EXPECT_TRUE(zs::test::same_bits(host_copy(graph.online().flat()), host_copy(direct.online().flat())));
-    EXPECT_TRUE(zs::test::same_bits(host_copy(graph.optimizer().v().flat()), host_copy(direct.optimizer().v().flat())));
+    for (const zs::Trainer* t : {&direct, &alone}) {
+      EXPECT_TRUE(zs::test::same_bits(host_copy(graph.online().flat()), host_copy(t->online().flat())));
+      EXPECT_TRUE(zs::test::same_bits(host_copy(graph.optimizer().v().flat()), host_copy(t->optimizer().v().flat())));
+    }
   }
 }
 

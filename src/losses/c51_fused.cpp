@@ -247,11 +247,26 @@ FusedC51::FusedC51(const StepContext& ctx, Gradients& g, const ParamBuffer& grad
     for (std::size_t h = 0; h < c51.heads.size(); ++h) dw_hidden(c51, h);
     for (int i = T - 1; i >= 0; --i) dw_trunk(c51, i);
   } else {
-    // The riders' losses read the online net's log-probabilities on s, which the loss's phase
-    // writes.
+    // The riders' work that needs only the trunk, beside the head phases and the loss's on the
+    // side lane where there is one (before phase T, the heads' first, when the forward is phases;
+    // else before the loss's, after the forward's own launch).
+    const SideLane* side = ctx.side;
+    const bool ahead = std::any_of(riders.begin(), riders.end(), [](const FusedRider& r) { return bool(r.ahead); });
+    const bool forward_phases = !options.cluster_forward && options.row_block_forward == 0;
+    if (ahead && side != nullptr)
+      b.launch_before(forward_phases ? T : 0, [side, riders](const ExecSpace&) {
+        side->fork();
+        for (const FusedRider& r : riders)
+          if (r.ahead) r.ahead(side->exec(), side);
+      });
+    // The riders' losses read the online net's log-probabilities on s and C51's targets, which the
+    // loss's phase writes.
     if (!riders.empty())
-      b.launch_between([losses = riders](const ExecSpace& exec) {
-        for (const FusedRider& r : losses) r.loss(exec);
+      b.launch_between([riders, side, ahead](const ExecSpace& exec) {
+        if (ahead && side != nullptr) side->join();
+        for (const FusedRider& r : riders)
+          if (r.ahead && side == nullptr) r.ahead(exec, nullptr);
+        for (const FusedRider& r : riders) r.loss(exec);
       });
     // Each phase's input gradient feeds the next; each layer's weight gradient shares the phase
     // of the layer below's input gradient. An input gradient: B rows of n columns into out,

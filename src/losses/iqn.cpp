@@ -93,6 +93,7 @@ void IqnTerm::load_state(const safetensors::File& f) {
 
 void IqnTerm::enqueue(const ExecSpace& exec, const Gemm& gemm) {
   if (riding_) return;
+  enqueue_forward(exec, gemm);
   enqueue_head(exec, gemm, false);
   trunk_->enqueue(exec, gemm, ctx_.side);
   if (ctx_.side) ctx_.side->join();
@@ -101,6 +102,12 @@ void IqnTerm::enqueue(const ExecSpace& exec, const Gemm& gemm) {
 std::optional<FusedRider> IqnTerm::ride_fused(const FusedOptions&, const Gemm& gemm) {
   riding_ = true;
   FusedRider r;
+  r.ahead = [this, &gemm](const ExecSpace& main, const SideLane* side) {
+    if (side != nullptr)
+      enqueue_forward(side->exec(), side->gemm());
+    else
+      enqueue_forward(main, gemm);
+  };
   r.loss = [this, &gemm](const ExecSpace& exec) {
     enqueue_head(exec, gemm, true);
     if (ctx_.side) ctx_.side->join();
@@ -111,13 +118,11 @@ std::optional<FusedRider> IqnTerm::ride_fused(const FusedOptions&, const Gemm& g
   return r;
 }
 
-void IqnTerm::enqueue_head(const ExecSpace& exec, const Gemm& gemm, bool through_relu) {
+void IqnTerm::enqueue_forward(const ExecSpace& exec, const Gemm& gemm) {
   const Config& c = ctx_.config;
-  const DeviceBatch& batch = ctx_.batch;
   const ParamBuffer &online_params = ctx_.online, &target_params = ctx_.target;
   const int R = B_ * N_, T = static_cast<int>(c.trunk.size());
   kernels::iqn_sample(exec, counter_, tau_, cos_, seed_, R, static_cast<std::uint64_t>(ctx_.first_sample) * N_);
-  const ConstMatrixView cos_online(cos_.data(), R, E_);
   const ConstMatrixView features(ctx_.online_acts.trunk[T - 1].data(), B_, F_);
   const ConstMatrixView next_features(ctx_.target_acts.trunk[T - 1].data(), B_, F_);
   gemm(embed_);
@@ -129,6 +134,15 @@ void IqnTerm::enqueue_head(const ExecSpace& exec, const Gemm& gemm, bool through
   hidden_bias_(exec);
   gemm(quantiles_);
   quantile_bias_(exec);
+}
+
+void IqnTerm::enqueue_head(const ExecSpace& exec, const Gemm& gemm, bool through_relu) {
+  const Config& c = ctx_.config;
+  const DeviceBatch& batch = ctx_.batch;
+  const ParamBuffer& online_params = ctx_.online;
+  const int R = B_ * N_, T = static_cast<int>(c.trunk.size());
+  const ConstMatrixView cos_online(cos_.data(), R, E_);
+  const ConstMatrixView features(ctx_.online_acts.trunk[T - 1].data(), B_, F_);
 
   kernels::IqnLoss<ExecSpace> f;
   f.quantiles = ConstMatrixView(online_.out.data(), R, A_);

@@ -34,9 +34,10 @@ class IqnTerm final : public LossTerm {
   std::uint64_t seed() const { return seed_; }
 
  private:
-  // τ, the quantile network on both sides, the loss and the backward down to ∂loss/∂features
-  // (through the trunk's last ReLU when through_relu), the weight gradients forked onto the side
-  // lane (not joined).
+  // τ and the quantile network on both sides (what reads only the trunk's features).
+  void enqueue_forward(const ExecSpace& exec, const Gemm& gemm);
+  // The loss and the backward down to ∂loss/∂features (through the trunk's last ReLU when
+  // through_relu), the weight gradients forked onto the side lane (not joined).
   void enqueue_head(const ExecSpace& exec, const Gemm& gemm, bool through_relu);
 
   struct Side {

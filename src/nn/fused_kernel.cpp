@@ -371,6 +371,11 @@ FusedKernel FusedBuilder::build(FusedProgramOnDevice program, std::size_t scratc
   return k;
 }
 
+void FusedBuilder::launch_before(int phase, std::function<void(const ExecSpace&)> launch) {
+  require(phase >= 0 && phase <= phases(), "FusedBuilder::launch_before: phase ", phase, "; expected 0 to ", phases());
+  between_.emplace_back(phase, std::move(launch));
+}
+
 void FusedKernel::set_norm_tail(Kokkos::View<double, MemSpace> out, const kernels::FusedNorm<ExecSpace>::Tail& tail) {
   require(takes_norm(), "FusedKernel::set_norm_tail: the kernel takes no norm (FusedOptions::norm_in_backward "
           "off, or no product counted in it)");

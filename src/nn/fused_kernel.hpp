@@ -178,6 +178,8 @@ class FusedBuilder {
   void launch_between(std::function<void(const ExecSpace&)> launch) {
     between_.emplace_back(phases(), std::move(launch));
   }
+  // The same before phase `phase` (at most phases(): one added already, or the next).
+  void launch_before(int phase, std::function<void(const ExecSpace&)> launch);
   int phases() const { return static_cast<int>(phase_item_.size()); }
   // The kernel of everything added, with `program`'s dueling and C51 parts (tables are set here).
   FusedKernel build(FusedProgramOnDevice program, std::size_t scratch_bytes, const FusedOptions& options) const;
