@@ -465,6 +465,17 @@ TEST(FusedForward, BadPassesAndOptionsAreClearErrors) {
   EXPECT_NE(zs::test::error_of([&] { zs::FusedForward(net, {{&online, four, &acts, 0}}, wide); })
                 .find("dueling_rows = 100000; expected 1 to"),
             std::string::npos);
+  // A launch between phases that are not there yet, and a head set without its activations.
+  zs::FusedBuilder b;
+  b.phase();
+  EXPECT_NE(zs::test::error_of([&] { b.launch_before(2, [](const zs::ExecSpace&) {}); }).find("phase 2; expected 0 to 1"),
+            std::string::npos);
+  zs::FusedBuilder f;
+  EXPECT_NE(zs::test::error_of([&] {
+              zs::add_forward_phases(f, net, {{&online, four, &acts, 0}}, {}, true,
+                                     {{&online, acts.trunk.back().data(), net.main_heads(), zs::HeadActs()}});
+            }).find("head set 0 without parameters, features or activations (0 rows"),
+            std::string::npos);
 }
 
 TEST(FusedC51, OneStepMatchesTheLaunchPlans) {
