@@ -1035,6 +1035,11 @@ TEST(FusedC51, AuxiliariesRideTheKernelsPhasesAndTheirGradientsAreTheirLaunchPla
     // backward's phases and, for the ensemble, the forward's two head phases.
     ASSERT_EQ(kr.phases(), ka.phases());
     EXPECT_EQ(kr.launches(), ka.launches() + (c.iqn.on ? 2 : 1));
+    // A rider named in ride_except keeps its own launches: IQN's, here.
+    auto except_iqn = rides;
+    except_iqn.fused.ride_except = {"iqn"};
+    EXPECT_EQ(zs::Trainer(c, except_iqn).fused_kernel()->launches(),
+              ka.launches() + (c.cql.on || c.ensemble.k > 0 ? 1 : 0));
     int more = 0;
     for (int p = 0; p < kr.phases(); ++p) {
       EXPECT_GE(kr.tiles(p), ka.tiles(p)) << "phase " << p;
@@ -1048,18 +1053,31 @@ TEST(FusedC51, AuxiliariesRideTheKernelsPhasesAndTheirGradientsAreTheirLaunchPla
       a.step_direct();
       b.step_direct();
     });
-    zs::upload(plans.stream().exec(), c, zs::random_batch(c, B, seed + 100), plans.batch());
-    plans.step_direct();
-    plans.synchronize();
-    const double tol = kTf32 ? 2e-2 : 1e-5;
+    // The plans in FP32 too: on TF32 backends the yardstick of how far TF32 alone moves a gradient.
+    auto j32 = j;
+    j32["precision"] = "fp32";
+    zs::Trainer plans32(zs::Config::from_json(j32), plan_options(B));
+    for (zs::Trainer* t : {&plans, &plans32}) {
+      zs::upload(t->stream().exec(), c, zs::random_batch(c, B, seed + 100), t->batch());
+      t->step_direct();
+      t->synchronize();
+    }
     for (const char* name : {"c51", "cql", "iqn", "ensemble"}) {
       const zs::LossTerm* r = riding.term(name);
       if (r == nullptr) continue;
       SCOPED_TRACE(name);
       const auto want = host_copy(plans.term(name)->grad().flat());
-      const auto got = host_copy(r->grad().flat());
-      EXPECT_LT(max_rel(got, want), tol);
-      EXPECT_LT(max_rel(host_copy(apart.term(name)->grad().flat()), want), tol);
+      const auto got = host_copy(r->grad().flat()), own = host_copy(apart.term(name)->grad().flat());
+      if (kTf32) {
+        // The riding products round to TF32 where cuBLAS rounded before: each gradient is judged
+        // by its distance from the FP32 plans, within 2 % or 3× that of the term's own launches.
+        const auto ref = host_copy(plans32.term(name)->grad().flat());
+        EXPECT_LT(norm_rel(got, ref), std::max(2e-2, 3 * norm_rel(own, ref)))
+            << "the term's own launches are " << norm_rel(own, ref) << " from the FP32 plans";
+      } else {
+        EXPECT_LT(max_rel(got, want), 1e-5);
+        EXPECT_LT(max_rel(own, want), 1e-5);
+      }
       double largest = 0;
       for (float v : want) largest = std::max(largest, std::abs(double(v)));
       EXPECT_GT(largest, 1e-6) << "a gradient of zeros tests nothing";
@@ -1074,17 +1092,22 @@ TEST(FusedC51, AuxiliariesRideTheKernelsPhasesAndTheirGradientsAreTheirLaunchPla
     // Captured into a graph (which a hidden sync, allocation or blocking copy would break) and
     // replayed, the riding step gives the direct launches' bits; and without a side lane (IQN's
     // quantile network then in the riders' launch), the same bits again.
-    auto no_side = rides;
+    auto no_side = rides, in_launch = rides;
     no_side.side_lane = false;
-    zs::Trainer graph(c, rides), direct(c, rides), alone(c, no_side);
+    in_launch.fused.ahead_beside = false;
+    zs::Trainer graph(c, rides), direct(c, rides), alone(c, no_side), inline_ahead(c, in_launch);
     EXPECT_EQ(alone.fused_kernel()->launches(), ka.launches() + 1);
+    EXPECT_EQ(inline_ahead.fused_kernel()->launches(), ka.launches() + 1);
     zs::test::step_on_same_batches(graph, direct, 4, seed + 200, [](zs::Trainer& g, zs::Trainer& d) {
       g.step();
       d.step_direct();
     });
-    zs::test::step_on_same_batches(alone, alone, 4, seed + 200, [](zs::Trainer& a, zs::Trainer&) { a.step(); });
+    zs::test::step_on_same_batches(alone, inline_ahead, 4, seed + 200, [](zs::Trainer& a, zs::Trainer& b) {
+      a.step();
+      b.step();
+    });
     EXPECT_TRUE(graph.graph_recorded());
-    for (const zs::Trainer* t : {&direct, &alone}) {
+    for (const zs::Trainer* t : {&direct, &alone, &inline_ahead}) {
       EXPECT_TRUE(zs::test::same_bits(host_copy(graph.online().flat()), host_copy(t->online().flat())));
       EXPECT_TRUE(zs::test::same_bits(host_copy(graph.optimizer().v().flat()), host_copy(t->optimizer().v().flat())));
     }

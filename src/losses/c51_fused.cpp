@@ -250,7 +250,7 @@ FusedC51::FusedC51(const StepContext& ctx, Gradients& g, const ParamBuffer& grad
     // The riders' work that needs only the trunk, beside the head phases and the loss's on the
     // side lane where there is one (before phase T, the heads' first, when the forward is phases;
     // else before the loss's, after the forward's own launch).
-    const SideLane* side = ctx.side;
+    const SideLane* side = options.ahead_beside ? ctx.side : nullptr;
     const bool ahead = std::any_of(riders.begin(), riders.end(), [](const FusedRider& r) { return bool(r.ahead); });
     const bool forward_phases = !options.cluster_forward && options.row_block_forward == 0;
     if (ahead && side != nullptr)

@@ -118,6 +118,13 @@ struct FusedOptions {
   // launches, or a backend that cannot persist) and the backward is phases (row_block_backward 0);
   // elsewhere, and off, each such term runs its own launch plans after the kernel.
   bool auxiliaries_ride = true;
+  // Riders' work that needs only the trunk's forward (IQN's quantile network, FusedRider::ahead)
+  // on the step's side lane beside the head phases and the loss's; false: in the riders' launch
+  // between the loss and the backward.
+  bool ahead_beside = true;
+  // Auxiliaries named here keep their own launch plans though they could ride (to measure what
+  // each rider gains).
+  std::vector<std::string> ride_except;
   // Each tile stores its clocks (kernels::TileClock) every launch: where a step's time goes, tile by
   // tile (FusedKernel::timeline, perf's BM_StepTimeline). A diagnostic; off, no tile stores any.
   bool timeline = false;

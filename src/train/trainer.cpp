@@ -1,5 +1,6 @@
 #include "train/trainer.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -73,8 +74,11 @@ Trainer::Trainer(const Config& config, const TrainerOptions& options)
     // layer for every term); the others keep their own launches after it.
     std::vector<FusedRider> riders;
     if (FusedC51::carries_riders(options_.fused))
-      for (std::size_t i = 1; i < terms_.size(); ++i)
+      for (std::size_t i = 1; i < terms_.size(); ++i) {
+        const auto& except = options_.fused.ride_except;
+        if (std::find(except.begin(), except.end(), terms_[i]->name()) != except.end()) continue;
         if (auto r = terms_[i]->ride_fused(options_.fused, gemm_)) riders.push_back(std::move(*r));
+      }
     c51->fuse(riders);
   }
   Kokkos::deep_copy(unit_scale_, 1.f);
