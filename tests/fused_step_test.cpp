@@ -1030,11 +1030,10 @@ TEST(FusedC51, AuxiliariesRideTheKernelsPhasesAndTheirGradientsAreTheirLaunchPla
     ASSERT_TRUE(riding.fused() && apart.fused()) << riding.fused_off_reason();
     const zs::FusedKernel& kr = *riding.fused_kernel();
     const zs::FusedKernel& ka = *apart.fused_kernel();
-    // The same phases, one launch more (the losses; with IQN one more, which forks its quantile
-    // network onto the side lane after the trunk's forward), and the riders' products in the
+    // The same phases, one launch more (the riders' losses), and the riders' products in the
     // backward's phases and, for the ensemble, the forward's two head phases.
     ASSERT_EQ(kr.phases(), ka.phases());
-    EXPECT_EQ(kr.launches(), ka.launches() + (c.iqn.on ? 2 : 1));
+    EXPECT_EQ(kr.launches(), ka.launches() + 1);
     // A rider named in ride_except keeps its own launches: IQN's, here.
     auto except_iqn = rides;
     except_iqn.fused.ride_except = {"iqn"};
@@ -1090,24 +1089,25 @@ TEST(FusedC51, AuxiliariesRideTheKernelsPhasesAndTheirGradientsAreTheirLaunchPla
       EXPECT_NEAR(tr->terms[i].grad_norm, tp->terms[i].grad_norm, (kTf32 ? 1e-2 : 1e-5) * tp->terms[i].grad_norm + 1e-7);
     }
     // Captured into a graph (which a hidden sync, allocation or blocking copy would break) and
-    // replayed, the riding step gives the direct launches' bits; and without a side lane (IQN's
-    // quantile network then in the riders' launch), the same bits again.
-    auto no_side = rides, in_launch = rides;
+    // replayed, the riding step gives the direct launches' bits; so does IQN's quantile network
+    // on the side lane beside the head phases (ahead_beside: with IQN, a launch more, which forks
+    // it there), and beside but without a side lane (then in the riders' launch after all).
+    auto beside = rides, no_side = rides;
+    beside.fused.ahead_beside = no_side.fused.ahead_beside = true;
     no_side.side_lane = false;
-    in_launch.fused.ahead_beside = false;
-    zs::Trainer graph(c, rides), direct(c, rides), alone(c, no_side), inline_ahead(c, in_launch);
+    zs::Trainer graph(c, rides), direct(c, rides), forked(c, beside), alone(c, no_side);
+    EXPECT_EQ(forked.fused_kernel()->launches(), ka.launches() + (c.iqn.on ? 2 : 1));
     EXPECT_EQ(alone.fused_kernel()->launches(), ka.launches() + 1);
-    EXPECT_EQ(inline_ahead.fused_kernel()->launches(), ka.launches() + 1);
     zs::test::step_on_same_batches(graph, direct, 4, seed + 200, [](zs::Trainer& g, zs::Trainer& d) {
       g.step();
       d.step_direct();
     });
-    zs::test::step_on_same_batches(alone, inline_ahead, 4, seed + 200, [](zs::Trainer& a, zs::Trainer& b) {
+    zs::test::step_on_same_batches(forked, alone, 4, seed + 200, [](zs::Trainer& a, zs::Trainer& b) {
       a.step();
       b.step();
     });
     EXPECT_TRUE(graph.graph_recorded());
-    for (const zs::Trainer* t : {&direct, &alone, &inline_ahead}) {
+    for (const zs::Trainer* t : {&direct, &forked, &alone}) {
       EXPECT_TRUE(zs::test::same_bits(host_copy(graph.online().flat()), host_copy(t->online().flat())));
       EXPECT_TRUE(zs::test::same_bits(host_copy(graph.optimizer().v().flat()), host_copy(t->optimizer().v().flat())));
     }

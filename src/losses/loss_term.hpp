@@ -69,9 +69,9 @@ struct FusedRider {
   // written the online net's log-probabilities and C51's targets.
   std::function<void(const ExecSpace&)> loss;
   // Work of the term's own that reads only the forward's trunk (IQN's τ and quantile network on
-  // both sides), or empty: enqueued on the step's side lane (`side`) once the trunk's forward is
-  // done, beside the head phases and the loss's, and joined before `loss`; without a side lane
-  // (nullptr), on `main` first thing in the riders' launch.
+  // both sides), or empty: on `main` first thing in the riders' launch (side nullptr), or, with
+  // FusedOptions::ahead_beside and a side lane, enqueued on the step's side lane (`side`) once the
+  // trunk's forward is done, beside the head phases and the loss's, and joined before `loss`.
   std::function<void(const ExecSpace& main, const SideLane* side)> ahead;
   // Without head sets, the heads are the main ones (the online net's activations): ∂loss/∂(head
   // outputs) in g->d_value_out ([B, atoms]) and g->d_branch_out (a [B, n_k·atoms] block a branch,

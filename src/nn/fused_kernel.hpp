@@ -111,17 +111,21 @@ struct FusedOptions {
   // weight gradient, instead of four phases of both; 0: the phases. Needs the phases launched one
   // by one (mode launches). A prototype under measurement (docs/performance.md).
   int row_block_backward = 0;
-  // Auxiliary terms whose gradient is the online net's on s through the main heads (CQL) run their
-  // backward inside the kernel's backward phases, their products beside C51's in the same launches
-  // (each term's own gradient, as its launch plans would write it), their loss a launch between the
-  // C51 loss's phase and the backward's first. Only where the phases are launched one by one (mode
-  // launches, or a backend that cannot persist) and the backward is phases (row_block_backward 0);
-  // elsewhere, and off, each such term runs its own launch plans after the kernel.
+  // The auxiliaries ride the kernel (LossTerm::ride_fused): CQL's and the ensemble's products (the
+  // ensemble's heads' forward too) and IQN's trunk backward join the kernel's phases beside C51's,
+  // each into the term's own gradient; their losses (with the ensemble's dueling head and IQN's
+  // own layers) are one launch between the C51 loss's phase and the backward's first. Only where
+  // the phases are launched one by one (mode launches, or a backend that cannot persist) and the
+  // backward is phases (row_block_backward 0); the ensemble also needs the forward as phases.
+  // Elsewhere, and off, each term runs its own launch plans after the kernel. On an H100 at
+  // B = 256 (BM_StepAuxRide, thirtieth session, µs a step): CQL 140.3 against 183.3, the ensemble
+  // 196.6 against 269.9, IQN 232.2 against 255.1, all three 346.4 against 476.6.
   bool auxiliaries_ride = true;
   // Riders' work that needs only the trunk's forward (IQN's quantile network, FusedRider::ahead)
-  // on the step's side lane beside the head phases and the loss's; false: in the riders' launch
-  // between the loss and the backward.
-  bool ahead_beside = true;
+  // on the step's side lane beside the head phases and the loss's; false: first in the riders'
+  // launch between the loss and the backward. Beside lost on an H100 (BM_StepAuxRide, thirtieth
+  // session, B = 256): IQN alone 329.8 µs a step against 232.2, every auxiliary 402.9 against 346.4.
+  bool ahead_beside = false;
   // Auxiliaries named here keep their own launch plans though they could ride (to measure what
   // each rider gains).
   std::vector<std::string> ride_except;
