@@ -303,14 +303,21 @@ BENCHMARK(BM_StepPhase)
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 
-// The graph-replayed step at the reference config (B = 256) with auxiliaries: arg is a
-// mask, 1 = IQN (n_tau 8, embed 64), 2 = ensemble (k = 2), 4 = CQL; 0 is the plain step.
-void BM_StepAux(benchmark::State& state) {
-  const int mask = static_cast<int>(state.range(0));
+// The reference config with the auxiliaries of `mask`: 1 = IQN (n_tau 8, embed 64), 2 = the
+// ensemble (k = 2), 4 = CQL; 0 none.
+zs::Config with_auxiliaries(int mask) {
   zs::Config c;
   c.iqn.on = (mask & 1) != 0;
   c.ensemble.k = (mask & 2) ? 2 : 0;
   c.cql.on = (mask & 4) != 0;
+  return c;
+}
+
+// The graph-replayed step at the reference config (B = 256) with auxiliaries: arg is
+// with_auxiliaries' mask; 0 is the plain step.
+void BM_StepAux(benchmark::State& state) {
+  const int mask = static_cast<int>(state.range(0));
+  const zs::Config c = with_auxiliaries(mask);
   state.SetLabel(mask == 0 ? "plain" : mask == 1 ? "iqn" : mask == 2 ? "ensemble" : mask == 4 ? "cql" : "all");
   time_steps(state, c, zs::TrainerOptions{}, 10);
 }
@@ -322,12 +329,9 @@ BENCHMARK(BM_StepAux)->Arg(0)->Arg(1)->Arg(2)->Arg(4)->Arg(7)->UseManualTime()->
 // beside the head phases (ahead_beside); 3 every rider but IQN; 0 none (each term's own launch
 // plans after the kernel). aux: BM_StepAux's mask.
 void BM_StepAuxRide(benchmark::State& state) {
-  const int mask = static_cast<int>(state.range(0));
-  zs::Config c;
-  c.iqn.on = (mask & 1) != 0;
-  c.ensemble.k = (mask & 2) ? 2 : 0;
-  c.cql.on = (mask & 4) != 0;
+  const zs::Config c = with_auxiliaries(static_cast<int>(state.range(0)));
   zs::TrainerOptions opt;
+  opt.fused_step = true;
   const int ride = static_cast<int>(state.range(1));
   opt.fused.auxiliaries_ride = ride != 0;
   opt.fused.ahead_beside = ride == 1;
