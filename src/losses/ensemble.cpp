@@ -47,21 +47,9 @@ std::optional<FusedRider> EnsembleTerm::ride_fused(const FusedOptions& options, 
   if (options.cluster_forward || options.row_block_forward != 0) return std::nullopt;
   // The dueling head ForwardPlan would run after the members' output layers, which the kernel
   // writes without their biases.
-  const int K = static_cast<int>(ctx_.config.branches.size());
-  std::vector<kernels::DuelingEntry> entries;
-  std::vector<const float*> branch_biases;
-  for (const HeadSetGrads& m : grads_) {
-    kernels::DuelingEntry e;
-    e.value = m.acts.value_out.data();
-    e.branch_out = m.acts.branch_out.data();
-    e.logp = m.acts.logp.data();
-    e.total_rows = e.rows = m.acts.rows;
-    e.value_bias = ctx_.online.bias(m.set.hidden_layer(0) + 1).data();
-    e.branch_bias = static_cast<int>(branch_biases.size());
-    for (int k = 0; k < K; ++k) branch_biases.push_back(ctx_.online.bias(m.set.hidden_layer(1 + k) + 1).data());
-    entries.push_back(e);
-  }
-  dueling_ = kernels::DuelingLaunch<ExecSpace>(entries, branch_biases, ctx_.net.table(), ctx_.config.atoms);
+  std::vector<DuelingRows> members;
+  for (const HeadSetGrads& m : grads_) members.push_back({&ctx_.online, m.set, &m.acts, 0, m.acts.rows});
+  dueling_ = dueling_launch(ctx_.net, members);
   riding_ = true;
   FusedRider r;
   r.loss = [this](const ExecSpace& exec) {

@@ -214,26 +214,30 @@ void ForwardPlan::add_heads(const Network& net, const std::vector<HeadPass>& pas
       }
       ops_.push_back(gemm_op(GemmBatch(Trans::N, Trans::T, R, first[groups[j][0]].width, H, 1.f, 0.f, g), side == 1));
     }
-  // The dueling/log-softmax of every pass in one launch, which also adds the output layers'
-  // biases as it forms the logits.
-  std::vector<kernels::DuelingEntry> duel;
+  std::vector<DuelingRows> duel;
+  for (const HeadPass& x : passes) duel.push_back({x.params, x.set, &x.acts, x.row0, R});
+  kernels::DuelingLaunch<ExecSpace> dueling = dueling_launch(net, duel);
+  ops_.push_back({[dueling](const ExecSpace& exec, const Gemm&) { dueling(exec); }, false, true});
+}
+
+kernels::DuelingLaunch<ExecSpace> dueling_launch(const Network& net, const std::vector<DuelingRows>& sets) {
+  std::vector<kernels::DuelingEntry> entries;
   std::vector<const float*> branch_biases;
-  for (const HeadPass& x : passes) {
+  for (const DuelingRows& x : sets) {
     const std::vector<Head> heads = heads_of(net, x.set);
     kernels::DuelingEntry e;
-    e.value = x.acts.value_out.data();
-    e.branch_out = x.acts.branch_out.data();
-    e.logp = x.acts.logp.data();
-    e.total_rows = x.acts.rows;
+    e.value = x.acts->value_out.data();
+    e.branch_out = x.acts->branch_out.data();
+    e.logp = x.acts->logp.data();
+    e.total_rows = x.acts->rows;
     e.row0 = x.row0;
-    e.rows = R;
+    e.rows = x.rows;
     e.value_bias = x.params->bias(heads[0].out).data();
     e.branch_bias = static_cast<int>(branch_biases.size());
     for (std::size_t i = 1; i < heads.size(); ++i) branch_biases.push_back(x.params->bias(heads[i].out).data());
-    duel.push_back(e);
+    entries.push_back(e);
   }
-  kernels::DuelingLaunch<ExecSpace> dueling(duel, branch_biases, net.table(), c.atoms);
-  ops_.push_back({[dueling](const ExecSpace& exec, const Gemm&) { dueling(exec); }, false, true});
+  return kernels::DuelingLaunch<ExecSpace>(entries, branch_biases, net.table(), net.config().atoms);
 }
 
 void ForwardPlan::enqueue(const ExecSpace& exec, const Gemm& gemm, const SideLane* side) const {

@@ -50,6 +50,20 @@ struct ForwardPass {
   int row0 = 0;
 };
 
+// One head set's rows for a dueling launch: the parameters whose output-layer biases it adds,
+// the set's layers, its activations and rows [row0, row0 + rows) of them.
+struct DuelingRows {
+  const ParamBuffer* params = nullptr;
+  HeadSet set;
+  const HeadActs* acts = nullptr;
+  int row0 = 0, rows = 0;
+};
+
+// The dueling/log-softmax of every head set's rows as one launch, which adds the output layers'
+// biases as it forms the logits (the head sets' output layers are left without them: ForwardPlan's,
+// and those the fused kernel carries for the ensemble).
+kernels::DuelingLaunch<ExecSpace> dueling_launch(const Network& net, const std::vector<DuelingRows>& sets);
+
 class ForwardPlan {
  public:
   // Every pass has the same row count. The dueling/log-softmax runs once per distinct
