@@ -323,18 +323,18 @@ void BM_StepAux(benchmark::State& state) {
 }
 BENCHMARK(BM_StepAux)->Arg(0)->Arg(1)->Arg(2)->Arg(4)->Arg(7)->UseManualTime()->Unit(benchmark::kMicrosecond);
 
-// BM_StepAux's step with the auxiliaries riding the fused kernel's phases (CQL, the ensemble;
-// IQN from the trunk down): ride 2 (FusedOptions::auxiliaries_ride, the default: IQN's quantile
-// network first in the riders' launch); 1 as 2 with IQN's quantile network on the side lane
-// beside the head phases (ahead_beside); 3 every rider but IQN; 0 none (each term's own launch
-// plans after the kernel). aux: BM_StepAux's mask.
+// BM_StepAux's step with the auxiliaries riding the fused kernel's phases: ride 2
+// (FusedOptions::auxiliaries_ride, the default: IQN's own layers products of the forward's and
+// the backward's phases, riders_forward); 1 as 2 with IQN's forward in the riders' launch (cuBLAS;
+// the thirtieth session's default); 3 every rider but IQN; 0 none (each term's own launch plans
+// after the kernel). aux: BM_StepAux's mask.
 void BM_StepAuxRide(benchmark::State& state) {
   const zs::Config c = with_auxiliaries(static_cast<int>(state.range(0)));
   zs::TrainerOptions opt;
   opt.fused_step = true;
   const int ride = static_cast<int>(state.range(1));
   opt.fused.auxiliaries_ride = ride != 0;
-  opt.fused.ahead_beside = ride == 1;
+  opt.fused.riders_forward = ride != 1;
   if (ride == 3) opt.fused.ride_except = {"iqn"};
   time_fused_steps(state, c, opt);
 }

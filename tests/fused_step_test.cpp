@@ -1008,20 +1008,22 @@ TEST(FusedC51, WithEveryAuxiliaryTheTermsMatchTheLaunchPlans) {
 }
 
 // The auxiliaries' work inside the fused kernel's phases (FusedOptions::auxiliaries_ride): the
-// ensemble's heads' forward in the forward's head phases; the terms' losses (with the ensemble's
-// dueling head, IQN's own layers down to its features' gradient) a launch between the loss's phase
-// and the backward; their backward's products beside C51's (IQN's from the trunk down). Each raw
+// ensemble's heads' forward in the forward's head phases, IQN's layers in the forward's first and
+// head phases (riders_forward); the terms' losses (with the ensemble's dueling head) a launch
+// between the loss's phase and the backward; their backward's products beside C51's (IQN's own
+// layers' too, their weight gradients over B·N rows split along k where that is long). Each raw
 // gradient, every tensor, is what the terms' own launch plans compute from the same batch; a
 // graph of that step replays the bits of the direct launches.
 TEST(FusedC51, AuxiliariesRideTheKernelsPhasesAndTheirGradientsAreTheirLaunchPlans) {
   const auto seed = zs::test::fresh_seed();
   SCOPED_TRACE(testing::Message() << "seed " << seed);
   const int B = 21;
-  auto cql = small_net(seed), ensemble = small_net(seed), iqn = small_net(seed);
+  auto cql = small_net(seed), ensemble = small_net(seed), iqn = small_net(seed), iqn_split = small_net(seed);
   cql["cql"] = true;
   ensemble["ensemble"] = {{"k", 2}};
   iqn["iqn"] = {{"n_tau", 3}, {"embed_dim", 4}};
-  for (const auto& j : {cql, ensemble, iqn, with_every_auxiliary(small_net(seed))}) {
+  iqn_split["iqn"] = {{"n_tau", 16}, {"embed_dim", 8}};  // B·N = 336 rows: 11 k chunks, split in two
+  for (const auto& j : {cql, ensemble, iqn, iqn_split, with_every_auxiliary(small_net(seed))}) {
     SCOPED_TRACE(j.dump());
     const auto c = zs::Config::from_json(j);
     auto rides = fused_options(B, zs::PhasedMode::launches, 0), own = rides;
@@ -1030,10 +1032,13 @@ TEST(FusedC51, AuxiliariesRideTheKernelsPhasesAndTheirGradientsAreTheirLaunchPla
     ASSERT_TRUE(riding.fused() && apart.fused()) << riding.fused_off_reason();
     const zs::FusedKernel& kr = *riding.fused_kernel();
     const zs::FusedKernel& ka = *apart.fused_kernel();
-    // The same phases, one launch more (the riders' losses), and the riders' products in the
-    // backward's phases and, for the ensemble, the forward's two head phases.
+    // The same phases, one launch more (the riders' losses; with IQN three more: its τ before the
+    // forward, its modulation before the heads' phases, its backward before the trunk's), and the
+    // riders' products in the backward's phases and, for the ensemble and IQN, the forward's.
     ASSERT_EQ(kr.phases(), ka.phases());
-    EXPECT_EQ(kr.launches(), ka.launches() + 1);
+    EXPECT_EQ(kr.launches(), ka.launches() + 1 + (c.iqn.on ? 3 : 0));
+    EXPECT_EQ(kr.split_jobs(), c.iqn.on && B * c.iqn.n_tau > 8 * 32 ? 3 : 0) << "IQN's three weight gradients";
+    EXPECT_EQ(ka.split_jobs(), 0);
     // A rider named in ride_except keeps its own launches: IQN's, here.
     auto except_iqn = rides;
     except_iqn.fused.ride_except = {"iqn"};
@@ -1044,10 +1049,12 @@ TEST(FusedC51, AuxiliariesRideTheKernelsPhasesAndTheirGradientsAreTheirLaunchPla
       EXPECT_GE(kr.tiles(p), ka.tiles(p)) << "phase " << p;
       more += kr.tiles(p) > ka.tiles(p) ? 1 : 0;
     }
-    const bool heads = c.cql.on || c.ensemble.k > 0;
-    EXPECT_EQ(more, static_cast<int>(c.trunk.size()) + (heads ? 2 : 0) + (c.ensemble.k > 0 ? 2 : 0))
-        << "each trunk layer's backward phase; with heads, the heads' and the features' backward phases; with "
-           "the ensemble, the heads' two forward phases";
+    const bool heads = c.cql.on || c.ensemble.k > 0 || c.iqn.on;
+    EXPECT_EQ(more, static_cast<int>(c.trunk.size()) + (heads ? 2 : 0) + (c.ensemble.k > 0 || c.iqn.on ? 2 : 0) +
+                        (c.iqn.on ? 1 : 0))
+        << "each trunk layer's backward phase; with heads (IQN's own layers too), the heads' and the features' "
+           "backward phases; with the ensemble or IQN, the heads' two forward phases; with IQN, the first trunk "
+           "layer's forward phase (its cosine embedding)";
     zs::test::step_on_same_batches(riding, apart, 1, seed + 100, [&](zs::Trainer& a, zs::Trainer& b) {
       a.step_direct();
       b.step_direct();
@@ -1089,27 +1096,39 @@ TEST(FusedC51, AuxiliariesRideTheKernelsPhasesAndTheirGradientsAreTheirLaunchPla
       EXPECT_NEAR(tr->terms[i].grad_norm, tp->terms[i].grad_norm, (kTf32 ? 1e-2 : 1e-5) * tp->terms[i].grad_norm + 1e-7);
     }
     // Captured into a graph (which a hidden sync, allocation or blocking copy would break) and
-    // replayed, the riding step gives the direct launches' bits; so does IQN's quantile network
-    // on the side lane beside the head phases (ahead_beside: with IQN, a launch more, which forks
-    // it there), and beside but without a side lane (then in the riders' launch after all).
-    auto beside = rides, no_side = rides;
-    beside.fused.ahead_beside = no_side.fused.ahead_beside = true;
-    no_side.side_lane = false;
-    zs::Trainer graph(c, rides), direct(c, rides), forked(c, beside), alone(c, no_side);
-    EXPECT_EQ(forked.fused_kernel()->launches(), ka.launches() + (c.iqn.on ? 2 : 1));
-    EXPECT_EQ(alone.fused_kernel()->launches(), ka.launches() + 1);
+    // replayed, the riding step gives the direct launches' bits.
+    zs::Trainer graph(c, rides), direct(c, rides);
     zs::test::step_on_same_batches(graph, direct, 4, seed + 200, [](zs::Trainer& g, zs::Trainer& d) {
       g.step();
       d.step_direct();
     });
-    zs::test::step_on_same_batches(forked, alone, 4, seed + 200, [](zs::Trainer& a, zs::Trainer& b) {
+    EXPECT_TRUE(graph.graph_recorded());
+    EXPECT_TRUE(zs::test::same_bits(host_copy(graph.online().flat()), host_copy(direct.online().flat())));
+    EXPECT_TRUE(zs::test::same_bits(host_copy(graph.optimizer().v().flat()), host_copy(direct.optimizer().v().flat())));
+    if (!c.iqn.on || c.ensemble.k > 0) continue;
+    // With riders_forward off, IQN's own forward is FusedRider::ahead: in the riders' launch, or on the side lane beside the head phases
+    // (ahead_beside: a launch more, which forks it there), or beside but without a side lane (then
+    // in the riders' launch after all); its backward stays products. A gradient still the launch
+    // plans', and the same bits each way.
+    auto inline_ahead = rides;
+    inline_ahead.fused.riders_forward = false;
+    auto beside = inline_ahead, no_side = inline_ahead;
+    beside.fused.ahead_beside = no_side.fused.ahead_beside = true;
+    no_side.side_lane = false;
+    zs::Trainer first(c, inline_ahead), forked(c, beside), alone(c, no_side), once(c, inline_ahead);
+    EXPECT_EQ(forked.fused_kernel()->launches(), first.fused_kernel()->launches() + 1);
+    EXPECT_EQ(alone.fused_kernel()->launches(), first.fused_kernel()->launches());
+    zs::test::step_on_same_batches(once, once, 1, seed + 100, [](zs::Trainer& a, zs::Trainer&) { a.step_direct(); });
+    if (!kTf32)
+      EXPECT_LT(max_rel(host_copy(once.term("iqn")->grad().flat()), host_copy(plans.term("iqn")->grad().flat())), 1e-5);
+    zs::test::step_on_same_batches(first, forked, 4, seed + 200, [](zs::Trainer& a, zs::Trainer& b) {
       a.step();
       b.step();
     });
-    EXPECT_TRUE(graph.graph_recorded());
-    for (const zs::Trainer* t : {&direct, &forked, &alone}) {
-      EXPECT_TRUE(zs::test::same_bits(host_copy(graph.online().flat()), host_copy(t->online().flat())));
-      EXPECT_TRUE(zs::test::same_bits(host_copy(graph.optimizer().v().flat()), host_copy(t->optimizer().v().flat())));
+    zs::test::step_on_same_batches(alone, alone, 4, seed + 200, [](zs::Trainer& a, zs::Trainer&) { a.step(); });
+    for (const zs::Trainer* t : {&forked, &alone}) {
+      EXPECT_TRUE(zs::test::same_bits(host_copy(first.online().flat()), host_copy(t->online().flat())));
+      EXPECT_TRUE(zs::test::same_bits(host_copy(first.optimizer().v().flat()), host_copy(t->optimizer().v().flat())));
     }
   }
 }

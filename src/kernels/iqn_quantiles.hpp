@@ -94,23 +94,61 @@ struct IqnModulate {
   }
 };
 
+// Two modulations of one shape (the online net's on s and the target's on s′) in one launch:
+// samples [0, B) are the first's, [B, 2B) the second's.
 template <class Exec>
-void iqn_modulate(const Exec& exec, const IqnModulate<Exec>& m) {
-  const std::size_t B = m.features.extent(0), F = m.features.extent(1);
-  require(m.n_tau >= 1 && m.phi.extent(0) == B * m.n_tau && m.phi.extent(1) == F && m.h.extent(0) == B * m.n_tau &&
+struct IqnModulatePair {
+  IqnModulate<Exec> first, second;
+  int batch;
+  KOKKOS_INLINE_FUNCTION void operator()(const int f, const int n, const int i) const {
+    if (i < batch)
+      first(f, n, i);
+    else
+      second(f, n, i - batch);
+  }
+};
+
+namespace iqn_detail {
+template <class Exec>
+void check(const IqnModulate<Exec>& m, std::size_t B, std::size_t F, int n_tau) {
+  require(m.n_tau == n_tau && n_tau >= 1 && m.features.extent(0) == B && m.features.extent(1) == F &&
+              m.phi.extent(0) == B * m.n_tau && m.phi.extent(1) == F && m.h.extent(0) == B * m.n_tau &&
               m.h.extent(1) == F && m.bias.extent(0) == F,
-          "iqn_modulate: features [", B, ", ", F, "], n_tau ", m.n_tau, ", phi [", m.phi.extent(0), ", ",
-          m.phi.extent(1), "], h [", m.h.extent(0), ", ", m.h.extent(1), "], bias [", m.bias.extent(0),
-          "]; expected phi and h [B·n_tau, F] and bias [F]");
+          "iqn_modulate: features [", m.features.extent(0), ", ", m.features.extent(1), "], n_tau ", m.n_tau,
+          ", phi [", m.phi.extent(0), ", ", m.phi.extent(1), "], h [", m.h.extent(0), ", ", m.h.extent(1),
+          "], bias [", m.bias.extent(0), "]; expected features [", B, ", ", F, "], n_tau ", n_tau,
+          ", phi and h [B·n_tau, F] and bias [F]");
+}
+
+// The modulation over `samples` samples of n_tau rows of F features each.
+template <class Exec, class Functor>
+void launch(const Exec& exec, const Functor& f, std::size_t samples, std::size_t F, int n_tau) {
   using Policy = Kokkos::MDRangePolicy<Exec, Kokkos::Rank<3, Kokkos::Iterate::Left, Kokkos::Iterate::Left>>;
   constexpr bool host = Kokkos::SpaceAccessibility<Kokkos::HostSpace, typename Exec::memory_space>::accessible;
   const typename Policy::point_type begin{0, 0, 0},
-      end{static_cast<std::int64_t>(F), static_cast<std::int64_t>(m.n_tau), static_cast<std::int64_t>(B)};
+      end{static_cast<std::int64_t>(F), static_cast<std::int64_t>(n_tau), static_cast<std::int64_t>(samples)};
   // Device: blocks of 32 features × 8 samples at one n, a warp along a row; the host keeps
   // Kokkos' tiles (a whole row innermost).
   const Policy policy =
       host ? Policy(exec, begin, end) : Policy(exec, begin, end, typename Policy::tile_type{32, 1, 8});
-  Kokkos::parallel_for("zs::iqn_modulate", policy, m);
+  Kokkos::parallel_for("zs::iqn_modulate", policy, f);
+}
+}  // namespace iqn_detail
+
+template <class Exec>
+void iqn_modulate(const Exec& exec, const IqnModulate<Exec>& m) {
+  const std::size_t B = m.features.extent(0), F = m.features.extent(1);
+  iqn_detail::check(m, B, F, m.n_tau);
+  iqn_detail::launch(exec, m, B, F, m.n_tau);
+}
+
+// Both in one launch; they must have the same shape.
+template <class Exec>
+void iqn_modulate(const Exec& exec, const IqnModulate<Exec>& first, const IqnModulate<Exec>& second) {
+  const std::size_t B = first.features.extent(0), F = first.features.extent(1);
+  iqn_detail::check(first, B, F, first.n_tau);
+  iqn_detail::check(second, B, F, first.n_tau);
+  iqn_detail::launch(exec, IqnModulatePair<Exec>{first, second, static_cast<int>(B)}, 2 * B, F, first.n_tau);
 }
 
 // Backward of the modulation: d_h [B·N, F] → d_phi (pre-ReLU, in place of nothing else) and

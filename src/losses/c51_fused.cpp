@@ -49,6 +49,11 @@ FusedC51::FusedC51(const StepContext& ctx, Gradients& g, const ParamBuffer& grad
                                         {&ctx.online, ctx.batch.next_states(), &online, B},
                                         {&ctx.target, ctx.batch.next_states(), &target, 0}};
   std::vector<HeadSetPass> rider_heads;  // the riders' own head sets, on the online net's features of s
+  // The riders' own products, each phase's in the riders' order.
+  const FusedPhaseHook rider_products = [riders](FusedBuilder& builder, FusedPhase phase) {
+    for (const FusedRider& r : riders)
+      if (r.products) r.products(builder, phase);
+  };
   for (const FusedRider& r : riders) {
     require(r.g != nullptr && r.grad != nullptr && r.loss && r.g->rows == B &&
                 static_cast<int>(r.g->d_trunk.size()) == T,
@@ -73,7 +78,7 @@ FusedC51::FusedC51(const StepContext& ctx, Gradients& g, const ParamBuffer& grad
     else
       row_blocks_ = std::make_unique<RowBlockForward>(net, passes, options.row_block_forward);
   } else {
-    program.dueling = add_forward_phases(b, net, passes, options, !options.fuse_head_loss, rider_heads);
+    program.dueling = add_forward_phases(b, net, passes, options, !options.fuse_head_loss, rider_heads, rider_products);
   }
 
   kernels::C51BranchLoss<ExecSpace>& L = program.c51;
@@ -291,6 +296,7 @@ FusedC51::FusedC51(const StepContext& ctx, Gradients& g, const ParamBuffer& grad
         dw_out(ch, h);
       }
     b.tiles(kernels::FusedTileKind::c51_finish, 1);
+    rider_products(b, FusedPhase::backward_out);
 
     b.phase();
     for (const Chain& ch : chains) {
@@ -302,6 +308,7 @@ FusedC51::FusedC51(const StepContext& ctx, Gradients& g, const ParamBuffer& grad
       if (!s.empty()) b.product(dx(F, ch.d_trunk[T - 1], online.trunk[T - 1].data()), s);
       for (std::size_t h = 0; h < ch.heads.size(); ++h) dw_hidden(ch, h);
     }
+    rider_products(b, FusedPhase::backward_hidden);
     for (int i = T - 1; i >= 0; --i) {
       b.phase();
       for (const Chain& ch : chains) {
@@ -312,6 +319,7 @@ FusedC51::FusedC51(const StepContext& ctx, Gradients& g, const ParamBuffer& grad
         }
         dw_trunk(ch, i);
       }
+      if (i == T - 1) rider_products(b, FusedPhase::backward_trunk);
     }
   }
 

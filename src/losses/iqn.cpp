@@ -3,7 +3,6 @@
 #include <cmath>
 #include <cstddef>
 #include <optional>
-#include <tuple>
 #include <vector>
 
 #include "kernels/dense.hpp"
@@ -94,56 +93,60 @@ void IqnTerm::load_state(const safetensors::File& f) {
 void IqnTerm::enqueue(const ExecSpace& exec, const Gemm& gemm) {
   if (riding_) return;
   enqueue_forward(exec, gemm);
-  enqueue_head(exec, gemm, false);
+  enqueue_loss(exec);
+  enqueue_backward(exec, gemm);
   trunk_->enqueue(exec, gemm, ctx_.side);
   if (ctx_.side) ctx_.side->join();
 }
 
-std::optional<FusedRider> IqnTerm::ride_fused(const FusedOptions&, const Gemm& gemm) {
+std::optional<FusedRider> IqnTerm::ride_fused(const FusedOptions& options, const Gemm& gemm) {
   riding_ = true;
+  const bool forward = options.riders_forward && !options.cluster_forward && options.row_block_forward == 0;
   FusedRider r;
-  r.ahead = [this, &gemm](const ExecSpace& main, const SideLane* side) {
-    if (side != nullptr)
-      enqueue_forward(side->exec(), side->gemm());
-    else
-      enqueue_forward(main, gemm);
-  };
-  r.loss = [this, &gemm](const ExecSpace& exec) {
-    enqueue_head(exec, gemm, true);
-    if (ctx_.side) ctx_.side->join();
-  };
+  if (!forward)
+    r.ahead = [this, &gemm](const ExecSpace& main, const SideLane* side) {
+      if (side != nullptr)
+        enqueue_forward(side->exec(), side->gemm());
+      else
+        enqueue_forward(main, gemm);
+    };
+  r.loss = [this](const ExecSpace& exec) { enqueue_loss(exec); };
+  r.products = [this, forward](FusedBuilder& b, FusedPhase phase) { add_products(b, phase, forward); };
   r.g = &g_;
   r.grad = &grad();
   r.features_given = true;
   return r;
 }
 
-void IqnTerm::enqueue_forward(const ExecSpace& exec, const Gemm& gemm) {
-  const Config& c = ctx_.config;
-  const ParamBuffer &online_params = ctx_.online, &target_params = ctx_.target;
-  const int R = B_ * N_, T = static_cast<int>(c.trunk.size());
-  kernels::iqn_sample(exec, counter_, tau_, cos_, seed_, R, static_cast<std::uint64_t>(ctx_.first_sample) * N_);
+void IqnTerm::enqueue_sample(const ExecSpace& exec) {
+  kernels::iqn_sample(exec, counter_, tau_, cos_, seed_, B_ * N_, static_cast<std::uint64_t>(ctx_.first_sample) * N_);
+}
+
+void IqnTerm::enqueue_modulate(const ExecSpace& exec) {
+  const int R = B_ * N_, T = static_cast<int>(ctx_.config.trunk.size());
   const ConstMatrixView features(ctx_.online_acts.trunk[T - 1].data(), B_, F_);
   const ConstMatrixView next_features(ctx_.target_acts.trunk[T - 1].data(), B_, F_);
+  auto of = [&](Side& side, const ConstMatrixView& f, const ParamBuffer& p) {
+    return kernels::IqnModulate<ExecSpace>{as_matrix(side.phi, R, F_), as_matrix(side.h, R, F_), f,
+                                           as_const(p.bias(layer_)), N_};
+  };
+  kernels::iqn_modulate<ExecSpace>(exec, of(online_, features, ctx_.online), of(target_, next_features, ctx_.target));
+}
+
+void IqnTerm::enqueue_forward(const ExecSpace& exec, const Gemm& gemm) {
+  enqueue_sample(exec);
   gemm(embed_);
-  for (auto [side, f, p] : {std::make_tuple(&online_, features, &online_params),
-                            std::make_tuple(&target_, next_features, &target_params)})
-    kernels::iqn_modulate<ExecSpace>(exec, {as_matrix(side->phi, R, F_), as_matrix(side->h, R, F_), f,
-                                            as_const(p->bias(layer_)), N_});
+  enqueue_modulate(exec);
   gemm(hidden_);
   hidden_bias_(exec);
   gemm(quantiles_);
   quantile_bias_(exec);
 }
 
-void IqnTerm::enqueue_head(const ExecSpace& exec, const Gemm& gemm, bool through_relu) {
+void IqnTerm::enqueue_loss(const ExecSpace& exec) {
   const Config& c = ctx_.config;
   const DeviceBatch& batch = ctx_.batch;
-  const ParamBuffer& online_params = ctx_.online;
-  const int R = B_ * N_, T = static_cast<int>(c.trunk.size());
-  const ConstMatrixView cos_online(cos_.data(), R, E_);
-  const ConstMatrixView features(ctx_.online_acts.trunk[T - 1].data(), B_, F_);
-
+  const int R = B_ * N_;
   kernels::IqnLoss<ExecSpace> f;
   f.quantiles = ConstMatrixView(online_.out.data(), R, A_);
   f.target_quantiles = ConstMatrixView(target_.out.data(), R, A_);
@@ -153,36 +156,136 @@ void IqnTerm::enqueue_head(const ExecSpace& exec, const Gemm& gemm, bool through
   f.rewards = batch.rewards;
   f.dones = batch.dones;
   f.weights = batch.weights;
-  const MatrixView d_out = as_matrix(d_out_, R, A_);
-  f.d_quantiles = d_out;
+  f.d_quantiles = as_matrix(d_out_, R, A_);
   f.table = ctx_.net.table();
   f.gamma_n = static_cast<float>(std::pow(double(c.gamma), c.n_step));
   f.kappa = c.iqn.kappa;
   f.n_tau = N_;
   f.n_tau_target = N_;
   kernels::iqn_loss(exec, f, loss());
+}
 
-  // Backward: iqn.1, iqn.0, the modulation, iqn.embed (the trunk from ∂loss/∂features is the caller's).
-  // The weight gradients go to the side lane, if there is one, each forked after what it reads.
+void IqnTerm::enqueue_backward(const ExecSpace& exec, const Gemm& gemm) {
+  // iqn.1, iqn.0, the modulation, iqn.embed (the trunk from ∂loss/∂features is the caller's). The
+  // weight gradients go to the side lane, if there is one, each forked after what it reads.
+  const int R = B_ * N_;
   const ParamBuffer& g = grad();
-  const ParamBuffer& p = online_params;
+  const ParamBuffer& p = ctx_.online;
   const SideLane* side = ctx_.side;
   auto weight_grad = [&](const ConstMatrixView& dy, const ConstMatrixView& x, const MatrixView& dw) {
     if (side) side->fork();
     (side ? side->gemm() : gemm)(Trans::T, Trans::N, 1.f, dy, x, 0.f, dw);
   };
-  const ConstMatrixView hidden(online_.hidden.data(), R, H_), h(online_.h.data(), R, F_), phi(online_.phi.data(), R, F_);
+  const MatrixView d_out = as_matrix(d_out_, R, A_);
+  const ConstMatrixView hidden(online_.hidden.data(), R, H_), h(online_.h.data(), R, F_);
   weight_grad(as_const(d_out), hidden, g.weight(layer_ + 2));
   const MatrixView dh = as_matrix(d_hidden_, R, H_);
   gemm(Trans::N, Trans::N, 1.f, as_const(d_out), as_const(p.weight(layer_ + 2)), 0.f, dh);
   head_sums_(exec);  // iqn.1's bias; dh through the ReLU mask and iqn.0's bias
   weight_grad(as_const(dh), h, g.weight(layer_ + 1));
-  const MatrixView d_h = as_matrix(d_h_, R, F_), d_phi = as_matrix(d_phi_, R, F_);
-  gemm(Trans::N, Trans::N, 1.f, as_const(dh), as_const(p.weight(layer_ + 1)), 0.f, d_h);
-  kernels::iqn_modulate_backward<ExecSpace>(
-      exec, {as_const(d_h), phi, features, d_phi, as_matrix(g_.d_trunk[T - 1], B_, F_), N_, through_relu ? 1 : 0});
-  weight_grad(as_const(d_phi), cos_online, g.weight(layer_));
+  gemm(Trans::N, Trans::N, 1.f, as_const(dh), as_const(p.weight(layer_ + 1)), 0.f, as_matrix(d_h_, R, F_));
+  enqueue_modulate_backward(exec, false);
+  weight_grad(ConstMatrixView(d_phi_.data(), R, F_), ConstMatrixView(cos_.data(), R, E_), g.weight(layer_));
   embed_sums_(exec);
+}
+
+void IqnTerm::enqueue_modulate_backward(const ExecSpace& exec, bool through_relu) {
+  const int R = B_ * N_, T = static_cast<int>(ctx_.config.trunk.size());
+  const ConstMatrixView features(ctx_.online_acts.trunk[T - 1].data(), B_, F_);
+  const ConstMatrixView d_h(d_h_.data(), R, F_), phi(online_.phi.data(), R, F_);
+  kernels::iqn_modulate_backward<ExecSpace>(
+      exec, {d_h, phi, features, as_matrix(d_phi_, R, F_), as_matrix(g_.d_trunk[T - 1], B_, F_), N_,
+             through_relu ? 1 : 0});
+}
+
+namespace {
+// Operands by how their rows lie in memory: rows of `ld` floats (k-contiguous), or the transpose
+// of such a matrix (element (row, k) at p[k·ld + row]).
+kernels::ProductOperand rows_of(const float* p, int ld) { return {p, ld, 1}; }
+kernels::ProductOperand columns_of(const float* p, int ld) { return {p, 1, ld}; }
+// The weight gradients reduce over B·N rows (2,048 at B = 256): split into runs of this many k
+// chunks, their tiles are chains as short as the backward's others.
+constexpr int kWeightGradSplitChunks = 8;
+}  // namespace
+
+void IqnTerm::add_products(FusedBuilder& b, FusedPhase phase, bool forward) {
+  const int R = B_ * N_, here = b.phases() - 1;
+  const ParamBuffer& g = grad();
+  const ParamBuffer& on = ctx_.online;
+  using kernels::ProductJob;
+  auto job = [](int m, int n, float* out, int ld) {
+    ProductJob j;
+    j.m = m;
+    j.n = n;
+    j.out = out;
+    j.out_ld = ld;
+    return j;
+  };
+  // Each side's layer: its input rows, its parameters, its output.
+  struct SideOf {
+    Side* side;
+    const ParamBuffer* params;
+    const float* cos;
+  };
+  const SideOf sides[2] = {{&online_, &ctx_.online, cos_.data()},
+                           {&target_, &ctx_.target, cos_.data() + static_cast<std::size_t>(R) * E_}};
+  switch (phase) {
+    case FusedPhase::forward_first:
+      // φ before its bias, as the launch plans' product leaves it for the modulation.
+      if (!forward) return;
+      b.launch_before(here, [this](const ExecSpace& exec) { enqueue_sample(exec); });
+      for (const SideOf& x : sides)
+        b.product(job(R, F_, x.side->phi.data(), F_), {{rows_of(x.cos, E_), rows_of(x.params->weight(layer_).data(), E_), E_}});
+      return;
+    case FusedPhase::heads_hidden:
+      if (!forward) return;
+      // The modulation reads the trunk's features, which the phase before wrote.
+      b.launch_before(here, [this](const ExecSpace& exec) { enqueue_modulate(exec); });
+      for (const SideOf& x : sides) {
+        ProductJob j = job(R, H_, x.side->hidden.data(), H_);
+        j.bias = x.params->bias(layer_ + 1).data();
+        j.relu = 1;
+        b.product(j, {{rows_of(x.side->h.data(), F_), rows_of(x.params->weight(layer_ + 1).data(), F_), F_}});
+      }
+      return;
+    case FusedPhase::heads_out:
+      if (!forward) return;
+      for (const SideOf& x : sides) {
+        ProductJob j = job(R, A_, x.side->out.data(), A_);
+        j.bias = x.params->bias(layer_ + 2).data();
+        b.product(j, {{rows_of(x.side->hidden.data(), H_), rows_of(x.params->weight(layer_ + 2).data(), H_), H_}});
+      }
+      return;
+    case FusedPhase::backward_out: {
+      // iqn.1: dW = d_outᵀ·hidden with its bias's gradient; ∂loss/∂hidden = d_out·W through the ReLU.
+      ProductJob dw = job(A_, H_, g.weight(layer_ + 2).data(), H_);
+      dw.row_sums = g.bias(layer_ + 2).data();
+      b.product(dw, {{columns_of(d_out_.data(), A_), columns_of(online_.hidden.data(), H_), R}}, false,
+                kWeightGradSplitChunks);
+      ProductJob dx = job(R, H_, d_hidden_.data(), H_);
+      dx.mask = online_.hidden.data();
+      dx.mask_ld = H_;
+      b.product(dx, {{rows_of(d_out_.data(), A_), columns_of(on.weight(layer_ + 2).data(), H_), A_}});
+      return;
+    }
+    case FusedPhase::backward_hidden: {
+      ProductJob dw = job(H_, F_, g.weight(layer_ + 1).data(), F_);
+      dw.row_sums = g.bias(layer_ + 1).data();
+      b.product(dw, {{columns_of(d_hidden_.data(), H_), columns_of(online_.h.data(), F_), R}}, false,
+                kWeightGradSplitChunks);
+      b.product(job(R, F_, d_h_.data(), F_),
+                {{rows_of(d_hidden_.data(), H_), columns_of(on.weight(layer_ + 1).data(), F_), H_}});
+      return;
+    }
+    case FusedPhase::backward_trunk: {
+      // The features' gradient, which this phase's trunk products read, and ∂loss/∂φ first.
+      b.launch_before(here, [this](const ExecSpace& exec) { enqueue_modulate_backward(exec, true); });
+      ProductJob dw = job(F_, E_, g.weight(layer_).data(), E_);
+      dw.row_sums = g.bias(layer_).data();
+      b.product(dw, {{columns_of(d_phi_.data(), F_), columns_of(cos_.data(), E_), R}}, false, kWeightGradSplitChunks);
+      return;
+    }
+  }
 }
 
 }  // namespace zs

@@ -17,8 +17,9 @@ class IqnTerm final : public LossTerm {
  public:
   IqnTerm(const StepContext& ctx, float budget);
   void enqueue(const ExecSpace& exec, const Gemm& gemm) override;
-  // Its gradient reaches the trunk through the features: the fused kernel can carry the trunk's
-  // backward, the term's own layers running in its loss launch.
+  // Its gradient reaches the trunk through the features: the fused kernel carries the trunk's
+  // backward, and its own layers as products of the kernel's phases (the forward's where the
+  // forward is phases, else in the riders' launch), each side's two layers beside the heads'.
   std::optional<FusedRider> ride_fused(const FusedOptions& options, const Gemm& gemm) override;
   void save_state(safetensors::File& f) const override;
   void check_state(const safetensors::File& f) const override;
@@ -36,9 +37,20 @@ class IqnTerm final : public LossTerm {
  private:
   // τ and the quantile network on both sides (what reads only the trunk's features).
   void enqueue_forward(const ExecSpace& exec, const Gemm& gemm);
-  // The loss and the backward down to ∂loss/∂features (through the trunk's last ReLU when
-  // through_relu), the weight gradients forked onto the side lane (not joined).
-  void enqueue_head(const ExecSpace& exec, const Gemm& gemm, bool through_relu);
+  // τ with its cosine features, and the modulation h = f ⊙ ReLU(φ + b) of both sides.
+  void enqueue_sample(const ExecSpace& exec);
+  void enqueue_modulate(const ExecSpace& exec);
+  // The quantile Huber loss and ∂loss/∂(the online quantiles).
+  void enqueue_loss(const ExecSpace& exec);
+  // The backward from ∂loss/∂quantiles down to ∂loss/∂features, the weight gradients forked onto
+  // the side lane (not joined).
+  void enqueue_backward(const ExecSpace& exec, const Gemm& gemm);
+  // The modulation's backward: ∂loss/∂φ and ∂loss/∂features (through the trunk's last ReLU when
+  // through_relu: FusedRider::features_given).
+  void enqueue_modulate_backward(const ExecSpace& exec, bool through_relu);
+  // FusedRider::products: the term's layers in the fused kernel's phases (the forward's only when
+  // `forward`).
+  void add_products(FusedBuilder& b, FusedPhase phase, bool forward);
 
   struct Side {
     DeviceFloats phi, h, hidden, out;

@@ -78,7 +78,7 @@ kernels::DuelingTiles<ExecSpace, kernels::DuelingTable<MemSpace>> dueling_tiles(
 
 kernels::DuelingTiles<ExecSpace, kernels::DuelingTable<MemSpace>> add_forward_phases(
     FusedBuilder& b, const Network& net, const std::vector<ForwardPass>& passes, const FusedOptions& options,
-    bool dueling_phase, const std::vector<HeadSetPass>& head_sets) {
+    bool dueling_phase, const std::vector<HeadSetPass>& head_sets, const FusedPhaseHook& hook) {
   const Config& c = net.config();
   std::string why;
   require(fused_supports(c, options, &why), "fused forward: ", why);
@@ -120,6 +120,7 @@ kernels::DuelingTiles<ExecSpace, kernels::DuelingTable<MemSpace>> add_forward_ph
       const float* x = i == 0 ? r.input : at(r.acts->trunk[i - 1], r.row0, in);
       b.product(j, {{rows_of(x, in), rows_of(r.params->weight(i).data(), in), in}});
     }
+    if (i == 0 && hook) hook(b, FusedPhase::forward_first);
   }
   // The heads: the value stream, then each branch; each a hidden layer on the features and an
   // output layer on that.
@@ -154,6 +155,7 @@ kernels::DuelingTiles<ExecSpace, kernels::DuelingTable<MemSpace>> add_forward_ph
       j.relu = 1;
       b.product(j, {{rows_of(x.features, F), rows_of(x.params->weight(x.set.hidden_layer(h)).data(), F), F}});
     }
+  if (hook) hook(b, FusedPhase::heads_hidden);
   b.phase();
   for (const Run& r : runs)
     for (int h = 0; h <= K; ++h) {
@@ -177,6 +179,7 @@ kernels::DuelingTiles<ExecSpace, kernels::DuelingTable<MemSpace>> add_forward_ph
       j.out_ld = width;
       b.product(j, {{rows_of(set_hidden(x, h), H), rows_of(x.params->weight(x.set.hidden_layer(h) + 1).data(), H), H}});
     }
+  if (hook) hook(b, FusedPhase::heads_out);
   const kernels::DuelingTiles<ExecSpace, kernels::DuelingTable<MemSpace>> d = dueling_tiles(net, passes, options);
   if (dueling_phase) {
     b.phase();

@@ -185,7 +185,9 @@ void FusedBuilder::tiles(kernels::FusedTileKind kind, int count) {
 }
 
 void FusedBuilder::product(kernels::ProductJob job, const std::vector<kernels::ProductSegment>& segments,
-                           bool in_norm) {
+                           bool in_norm, int split_chunks) {
+  require(split_chunks >= -1, "FusedBuilder: a product's split_chunks = ", split_chunks,
+          "; expected -1 (the options') or at least 0");
   require(job.m >= 1 && job.n >= 1 && job.out != nullptr && !segments.empty(), "FusedBuilder: a product of [",
           job.m, ", ", job.n, "] with ", segments.size(), " segments; expected at least 1 × 1, an output and a segment");
   for (const auto& s : segments) {
@@ -215,6 +217,7 @@ void FusedBuilder::product(kernels::ProductJob job, const std::vector<kernels::P
   jobs_.push_back(job);
   job_phase_.push_back(phases() - 1);
   in_norm_.push_back(in_norm ? 1 : 0);
+  split_chunks_.push_back(split_chunks);
   tiles(kernels::FusedTileKind::product, count);
   items_.back().job = static_cast<int>(jobs_.size()) - 1;
 }
@@ -238,14 +241,16 @@ FusedKernel FusedBuilder::build(FusedProgramOnDevice program, std::size_t scratc
   // (a split job has splits tiles per output tile).
   std::vector<kernels::ProductJob> jobs = jobs_;
   std::int64_t partial_floats = 0, counters = 0;
-  for (auto& j : jobs) {
+  for (std::size_t i = 0; i < jobs.size(); ++i) {
+    kernels::ProductJob& j = jobs[i];
+    const int split_chunks = split_chunks_[i] >= 0 ? split_chunks_[i] : options.split_chunks;
     shape.tiles(j.m, j.n, j.tiles_m, j.tiles_n);
     j.chunks = 0;
     for (int s = 0; s < j.segs; ++s) j.chunks += Product::chunks_of(segments_[j.seg0 + s].k);
     const int tiles = j.tiles_m * j.tiles_n;
     j.splits = 1;
-    if (options.split_chunks > 0 && j.chunks > options.split_chunks) {
-      const int by_chunks = (j.chunks + options.split_chunks - 1) / options.split_chunks;
+    if (split_chunks > 0 && j.chunks > split_chunks) {
+      const int by_chunks = (j.chunks + split_chunks - 1) / split_chunks;
       j.splits = std::max(1, std::min(by_chunks, options.split_tiles / tiles));
     }
     if (j.splits > 1) {

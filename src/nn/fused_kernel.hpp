@@ -113,18 +113,27 @@ struct FusedOptions {
   int row_block_backward = 0;
   // The auxiliaries ride the kernel (LossTerm::ride_fused): CQL's and the ensemble's products (the
   // ensemble's heads' forward too) and IQN's trunk backward join the kernel's phases beside C51's,
-  // each into the term's own gradient; their losses (with the ensemble's dueling head and IQN's
-  // own layers) are one launch between the C51 loss's phase and the backward's first. Only where
+  // each into the term's own gradient; their losses (with the ensemble's dueling head) are one
+  // launch between the C51 loss's phase and the backward's first (IQN's layers: riders_forward).
+  // Only where
   // the phases are launched one by one (mode launches, or a backend that cannot persist) and the
   // backward is phases (row_block_backward 0); the ensemble also needs the forward as phases.
   // Elsewhere, and off, each term runs its own launch plans after the kernel. On an H100 at
   // B = 256 (BM_StepAuxRide, thirtieth session, µs a step): CQL 140.3 against 183.3, the ensemble
   // 196.6 against 269.9, IQN 232.2 against 255.1, all three 346.4 against 476.6.
   bool auxiliaries_ride = true;
-  // Riders' work that needs only the trunk's forward (IQN's quantile network, FusedRider::ahead)
-  // on the step's side lane beside the head phases and the loss's; false: first in the riders'
-  // launch between the loss and the backward. Beside lost on an H100 (BM_StepAuxRide, thirtieth
-  // session, B = 256): IQN alone 329.8 µs a step against 232.2, every auxiliary 402.9 against 346.4.
+  // Riders' own layers (IQN's cosine embedding, modulation and quantile network) as products of
+  // the forward's phases beside C51's (FusedRider::products; where the forward is phases): the
+  // embedding in the first trunk layer's phase, its two layers in the heads' two phases, τ and the
+  // modulation a launch each before them; their backward's products in the backward's first three
+  // phases either way. false: their forward in the riders' launch (FusedRider::ahead, as in the
+  // thirtieth session), with cuBLAS where the backend has it.
+  bool riders_forward = true;
+  // Riders' work that needs only the trunk's forward (FusedRider::ahead: IQN's quantile network
+  // where its forward is not phases) on the step's side lane beside the head phases and the
+  // loss's; false: first in the riders' launch between the loss and the backward. Beside lost on
+  // an H100 (BM_StepAuxRide, thirtieth session, B = 256): IQN alone 329.8 µs a step against
+  // 232.2, every auxiliary 402.9 against 346.4.
   bool ahead_beside = false;
   // Auxiliaries named here keep their own launch plans though they could ride (to measure what
   // each rider gains).
@@ -173,6 +182,15 @@ bool fused_supports(const Config& c, const FusedOptions& options, std::string* r
 int stages_four_at_a_time(const kernels::ProductOperand& o);
 
 class FusedKernel;
+class FusedBuilder;
+
+// The phases of the C51 step's kernel where a loss term's own products may join C51's
+// (FusedRider::products): the forward's first (the first trunk layer's), the heads' hidden and
+// output layers'; the backward's output layers', hidden layers' (the features' gradient) and the
+// last trunk layer's.
+enum class FusedPhase { forward_first, heads_hidden, heads_out, backward_out, backward_hidden, backward_trunk };
+// Called with the builder in that phase, once C51's products of it are added.
+using FusedPhaseHook = std::function<void(FusedBuilder&, FusedPhase)>;
 
 // Phases of tiles, in order; each add_* appends tiles to the current phase.
 class FusedBuilder {
@@ -181,7 +199,10 @@ class FusedBuilder {
   // One product job (its m, n, epilogue; seg0/segs/tiles are set here) over `segments`.
   // in_norm: its output is a piece of the gradient whose norm the kernel takes
   // (FusedOptions::norm_in_backward); no piece may be written by two jobs.
-  void product(kernels::ProductJob job, const std::vector<kernels::ProductSegment>& segments, bool in_norm = false);
+  // split_chunks: this job's own FusedOptions::split_chunks (a reduction over thousands of rows,
+  // whose tiles would otherwise be chains of 64 chunks and more); −1: the options'.
+  void product(kernels::ProductJob job, const std::vector<kernels::ProductSegment>& segments, bool in_norm = false,
+               int split_chunks = -1);
   void tiles(kernels::FusedTileKind kind, int count);
   // A launch of the caller's own, enqueued between the phases added so far and the next (a
   // row-block launch: FusedOptions::row_block_backward). Only where the phases are launches of
@@ -199,6 +220,7 @@ class FusedBuilder {
   std::vector<kernels::ProductJob> jobs_;
   std::vector<int> job_phase_;  // each job's phase
   std::vector<char> in_norm_;   // each job's in_norm
+  std::vector<int> split_chunks_;  // each job's split_chunks (−1: the options')
   std::vector<kernels::ProductSegment> segments_;
   std::vector<kernels::FusedItem> items_;
   std::vector<int> phase_item_;  // each phase's first item
