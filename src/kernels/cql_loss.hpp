@@ -11,10 +11,6 @@
 
 namespace zs::kernels {
 
-// Branches with more actions than this are refused by the launcher: Q of a branch is kept in
-// registers per team.
-inline constexpr int kCqlMaxActions = 64;
-
 template <class Exec>
 struct CqlLoss {
   using MS = typename Exec::memory_space;
@@ -27,53 +23,77 @@ struct CqlLoss {
   BranchTable table;
   float v_min, delta, alpha;
   int batch;
-  int widest;  // actions of the largest branch (checked against kCqlMaxActions)
 
   KOKKOS_INLINE_FUNCTION float z(int j) const { return v_min + static_cast<float>(j) * delta; }
 
-  // One team per sample, threads over atoms; sums over atoms are team reductions (fixed order).
+  // One team per sample. Its threads take the actions, each Q(a) a reduction over atoms across
+  // the thread's vector lanes (a warp's shuffles on CUDA, no barrier); then every branch's
+  // logsumexp and ∂loss/∂Q from the team's Q's in scratch; then a lane per (branch, atom) for the
+  // logits' gradient, and a lane per atom for the value stream's (branches summed in order). The
+  // sums that reach a result are in a fixed order: the same bits every run.
   // loss = α/(B·K)·Σ_i Σ_k (lse_k − Q_k(taken)); ∂/∂Q_k(a) = α/(B·K)·(softmax_a(Q_k) − [a = taken]);
   // ∂Q(a)/∂logit_j(a) = p_j·(z_j − Q(a)); the dueling combine then spreads ∂logit over the value
   // stream (Σ_a) and the branch outputs (∂logit(a) − mean_b ∂logit(b)).
+  // Team scratch: Q and ∂loss/∂Q of every action, each branch's loss, and each (branch, atom)'s Σ_a.
+  KOKKOS_INLINE_FUNCTION static std::size_t scratch_floats(const BranchTable& t, int atoms) {
+    return 2 * static_cast<std::size_t>(t.actions) + t.branches + static_cast<std::size_t>(t.branches) * atoms;
+  }
+
   KOKKOS_INLINE_FUNCTION void operator()(const Member& team, float& loss_sum) const {
     const int i = team.league_rank(), atoms = static_cast<int>(logp.extent(2)), K = table.branches;
+    const int A = table.actions;
     const float coef = alpha / static_cast<float>(batch * K);
-    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, atoms), [&](const int j) { d_value(i, j) = 0.f; });
-    float total = 0.f;
-    for (int k = 0; k < K; ++k) {
-      const int c0 = table.cum(k), n = table.cum(k + 1) - c0;
-      const int taken = actions(i, k);
-      const bool valid = taken >= 0 && taken < n;
-      float q[kCqlMaxActions];
-      float mx = 0.f;
-      for (int a = 0; a < n; ++a) {
-        float qa = 0.f;
-        Kokkos::parallel_reduce(
-            Kokkos::TeamThreadRange(team, atoms),
-            [&](const int j, float& acc) { acc += ::expf(logp(i, c0 + a, j)) * z(j); }, qa);
-        team.team_barrier();  // the next reduction reuses the shared memory this one's result is read from
-        q[a] = qa;
-        if (a == 0 || qa > mx) mx = qa;
-      }
-      float s = 0.f;
-      for (int a = 0; a < n; ++a) s += ::expf(q[a] - mx);
-      const float lse = mx + ::logf(s);
-      total += valid ? lse - q[taken] : NAN;
-      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, atoms), [&](const int j) {
-        float sum = 0.f;
-        for (int a = 0; a < n; ++a) {
-          const float dq = valid ? coef * (::expf(q[a] - lse) - (a == taken ? 1.f : 0.f)) : NAN;
-          sum += dq * ::expf(logp(i, c0 + a, j)) * (z(j) - q[a]);
-        }
-        d_value(i, j) += sum;
-        const float mean = sum / static_cast<float>(n);
-        for (int a = 0; a < n; ++a) {
-          const float dq = valid ? coef * (::expf(q[a] - lse) - (a == taken ? 1.f : 0.f)) : NAN;
-          d_branch_out(table.index(batch, atoms, k, i, a, j)) = dq * ::expf(logp(i, c0 + a, j)) * (z(j) - q[a]) - mean;
-        }
+    float* const q = static_cast<float*>(team.team_scratch(0).get_shmem(sizeof(float) * scratch_floats(table, atoms)));
+    float* const dq = q + A;
+    float* const branch_loss = dq + A;
+    float* const spread = branch_loss + K;  // [K][atoms]: Σ_a of the branch's logit gradients
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, A), [&](const int a) {
+      float qa = 0.f;
+      Kokkos::parallel_reduce(
+          Kokkos::ThreadVectorRange(team, atoms), [&](const int j, float& acc) { acc += ::expf(logp(i, a, j)) * z(j); },
+          qa);
+      Kokkos::single(Kokkos::PerThread(team), [&]() { q[a] = qa; });
+    });
+    team.team_barrier();
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, A), [&](const int a) {
+      Kokkos::single(Kokkos::PerThread(team), [&]() {
+        int k = 0;
+        while (table.cum(k + 1) <= a) ++k;
+        const int c0 = table.cum(k), n = table.cum(k + 1) - c0;
+        const int taken = actions(i, k);
+        const bool valid = taken >= 0 && taken < n;
+        float mx = q[c0];
+        for (int b = 1; b < n; ++b) mx = q[c0 + b] > mx ? q[c0 + b] : mx;
+        float s = 0.f;
+        for (int b = 0; b < n; ++b) s += ::expf(q[c0 + b] - mx);
+        const float lse = mx + ::logf(s);
+        dq[a] = valid ? coef * (::expf(q[a] - lse) - (a - c0 == taken ? 1.f : 0.f)) : NAN;
+        if (a == c0) branch_loss[k] = valid ? lse - q[c0 + taken] : NAN;
       });
-    }
-    Kokkos::single(Kokkos::PerTeam(team), [&]() { loss_sum += coef * total; });
+    });
+    team.team_barrier();
+    Kokkos::parallel_for(Kokkos::TeamVectorRange(team, K * atoms), [&](const int kj) {
+      const int k = kj / atoms, j = kj % atoms;
+      const int c0 = table.cum(k), n = table.cum(k + 1) - c0;
+      float sum = 0.f;
+      for (int a = 0; a < n; ++a) sum += dq[c0 + a] * ::expf(logp(i, c0 + a, j)) * (z(j) - q[c0 + a]);
+      spread[kj] = sum;
+      const float mean = sum / static_cast<float>(n);
+      for (int a = 0; a < n; ++a)
+        d_branch_out(table.index(batch, atoms, k, i, a, j)) =
+            dq[c0 + a] * ::expf(logp(i, c0 + a, j)) * (z(j) - q[c0 + a]) - mean;
+    });
+    team.team_barrier();
+    Kokkos::parallel_for(Kokkos::TeamVectorRange(team, atoms), [&](const int j) {
+      float sum = 0.f;
+      for (int k = 0; k < K; ++k) sum += spread[k * atoms + j];
+      d_value(i, j) = sum;
+    });
+    Kokkos::single(Kokkos::PerTeam(team), [&]() {
+      float total = 0.f;
+      for (int k = 0; k < K; ++k) total += branch_loss[k];
+      loss_sum += coef * total;
+    });
   }
 };
 
@@ -93,10 +113,16 @@ void cql_loss(const Exec& exec, const CqlLoss<Exec>& f, const Kokkos::View<float
           f.d_value.extent(0), ", ", f.d_value.extent(1), "]; expected [", B, ", ", f.logp.extent(2), "]");
   require(f.d_branch_out.extent(0) == B * f.logp.extent(1) * f.logp.extent(2), "cql_loss: d_branch_out holds ",
           f.d_branch_out.extent(0), " floats; expected B·A·atoms = ", B * f.logp.extent(1) * f.logp.extent(2));
-  require(f.widest >= 1 && f.widest <= kCqlMaxActions, "cql_loss: the largest branch has ", f.widest,
-          " actions; expected 1..", kCqlMaxActions);
   require(std::isfinite(f.alpha) && f.alpha > 0.f, "cql_loss: alpha = ", f.alpha, "; expected a positive number");
-  Kokkos::parallel_reduce("zs::cql_loss", Kokkos::TeamPolicy<Exec>(exec, static_cast<int>(B), kAtomTeam), f, loss);
+  // CUDA: 4 threads of 32 lanes (a warp per action at a time); the host: one thread a team.
+  constexpr bool host = Kokkos::SpaceAccessibility<Kokkos::HostSpace, typename Exec::memory_space>::accessible;
+  const std::size_t bytes = sizeof(float) * CqlLoss<Exec>::scratch_floats(f.table, static_cast<int>(f.logp.extent(2)));
+  const auto policy = Kokkos::TeamPolicy<Exec>(exec, static_cast<int>(B), host ? 1 : 4, host ? 1 : 32)
+                          .set_scratch_size(0, Kokkos::PerTeam(bytes));
+  require(bytes <= static_cast<std::size_t>(policy.scratch_size_max(0)), "cql_loss: ", f.table.branches,
+          " branches of ", f.table.actions, " actions in all and ", f.logp.extent(2), " atoms need ", bytes,
+          " bytes of team scratch; at most ", policy.scratch_size_max(0), " fit");
+  Kokkos::parallel_reduce("zs::cql_loss", policy, f, loss);
 }
 
 }  // namespace zs::kernels

@@ -40,7 +40,6 @@ void CqlTerm::enqueue_loss(const ExecSpace& exec) {
   f.delta = (c.v_max - c.v_min) / static_cast<float>(c.atoms - 1);
   f.alpha = c.cql.alpha;
   f.batch = B;
-  f.widest = f.table.widest();
   kernels::cql_loss(exec, f, loss());
 }
 
