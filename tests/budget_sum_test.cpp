@@ -186,7 +186,7 @@ TEST(Budget, BadNormAndSumArgumentsAreClearErrors) {
     zs::kernels::grad_norms(stream.exec(), {zs::ConstDeviceFloats(a), zs::ConstDeviceFloats(b)}, {norm, norm}, scratch);
   });
   EXPECT_NE(msg.find("buffer 1 holds 11 floats; expected 10"), std::string::npos) << msg;
-  msg = zs::test::error_of([&] { zs::kernels::grad_norms(stream.exec(), {}, {}, scratch); });
+  msg = zs::test::error_of([&] { zs::kernels::grad_norms(stream.exec(), std::vector<zs::ConstDeviceFloats>{}, {}, scratch); });
   EXPECT_NE(msg.find("0 buffers"), std::string::npos) << msg;
   zs::DeviceScalar<float> scale("scale");
   msg = zs::test::error_of(

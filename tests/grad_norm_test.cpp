@@ -171,3 +171,48 @@ TEST(GradNorm, TheTailRunsOnceAfterEveryNormOfItsLaunch) {
     EXPECT_EQ(h[2], 4.0);
   }
 }
+
+// Norms over pieces of buffers (a loss term's gradient where it can be nonzero), the buffers of
+// different lengths and the second piece present or not, in one launch cut into few chunks (the
+// longest buffer's chunks cut the others): each the norm of its pieces' floats, in double.
+TEST(GradNorm, NormsOverPiecesOfBuffersOfDifferentLengths) {
+  const auto seed = zs::test::fresh_seed();
+  SCOPED_TRACE(seed);
+  zs::Stream stream;
+  const auto& exec = stream.exec();
+  zs::kernels::GradNormsScratch<zs::ExecSpace> scratch;
+  scratch.chunks = 5;
+  scratch.partials = Kokkos::View<double*, zs::MemSpace>("partials", zs::kernels::kMaxTerms * 5);
+  scratch.done = Kokkos::View<int*, zs::MemSpace>("done", zs::kernels::kMaxTerms + 1);
+  const auto whole = zs::test::random_normal(50021, seed);
+  auto d = zs::test::to_device(whole);
+  const zs::ConstDeviceFloats all(d);
+  struct Span {
+    std::size_t b0, e0, b1, e1;  // e1 == b1: no second piece
+  };
+  const std::vector<Span> spans{{0, 50021, 0, 0}, {0, 7, 30000, 30013}, {17, 4113, 4113, 50021}, {100, 101, 0, 0}};
+  std::vector<zs::kernels::NormPieces<zs::ExecSpace>> pieces;
+  std::vector<zs::DeviceScalar<double>> out;
+  for (const Span& s : spans) {
+    zs::kernels::NormPieces<zs::ExecSpace> p;
+    p.first = Kokkos::subview(all, std::make_pair(s.b0, s.e0));
+    if (s.e1 > s.b1) p.second = Kokkos::subview(all, std::make_pair(s.b1, s.e1));
+    pieces.push_back(p);
+    out.emplace_back("norm");
+    Kokkos::deep_copy(out.back(), -1.0);
+  }
+  zs::kernels::grad_norms(exec, pieces, out, scratch);
+  stream.synchronize();
+  for (std::size_t i = 0; i < spans.size(); ++i) {
+    std::vector<float> part(whole.begin() + spans[i].b0, whole.begin() + spans[i].e0);
+    part.insert(part.end(), whole.begin() + spans[i].b1, whole.begin() + spans[i].e1);
+    double h = 0;
+    Kokkos::deep_copy(h, out[i]);
+    EXPECT_NEAR(h, reference_norm(part), 1e-10 * reference_norm(part)) << "buffer " << i;
+  }
+  // A buffer of no floats at all is an error that says so.
+  pieces.push_back({});
+  out.emplace_back("norm");
+  EXPECT_NE(zs::test::error_of([&] { zs::kernels::grad_norms(exec, pieces, out, scratch); }).find("holds 0 floats"),
+            std::string::npos);
+}

@@ -53,6 +53,15 @@ ParamLayout::ParamLayout(const Config& config, const std::vector<LayerShape>& ex
   branch_count_ = static_cast<int>(config.branches.size());
 }
 
+std::pair<std::size_t, std::size_t> ParamLayout::layers_span(int first_layer, int last_layer) const {
+  const int n = static_cast<int>(layers_.size());
+  require(first_layer >= 0 && first_layer <= last_layer && last_layer < n, "ParamLayout::layers_span: layers ",
+          first_layer, " to ", last_layer, "; expected 0 <= first <= last < ", n);
+  const LayerDesc& last = layers_[static_cast<std::size_t>(last_layer)];
+  const std::size_t end = last.bias_offset + (static_cast<std::size_t>(last.out) + kAlign - 1) / kAlign * kAlign;
+  return {layers_[static_cast<std::size_t>(first_layer)].weight_offset, end};
+}
+
 std::size_t ParamLayout::parameter_count() const {
   std::size_t n = 0;
   for (const auto& t : tensors_) n += t.size();

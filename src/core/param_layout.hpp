@@ -4,6 +4,7 @@
 #pragma once
 #include <cstddef>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/config.hpp"
@@ -53,6 +54,10 @@ class ParamLayout {
   const LayerDesc& layer(const std::string& name) const;
   // Index of layer `name` in layers(); throws zs::Error naming it when there is none.
   int layer_index(const std::string& name) const;
+
+  // Floats [first, last) of layers first_layer … last_layer together: from the first's weight to
+  // the end of the last's bias, its padding included (the layers between lie in between).
+  std::pair<std::size_t, std::size_t> layers_span(int first_layer, int last_layer) const;
 
   int trunk_layers() const { return trunk_layers_; }
   int branch_count() const { return branch_count_; }

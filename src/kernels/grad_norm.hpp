@@ -29,16 +29,25 @@ struct NoTail {
   KOKKOS_INLINE_FUNCTION void operator()(const int) const {}
 };
 
+// A norm over one or two pieces of a buffer (a loss term's gradient where it can be nonzero:
+// LossTerm::gradient_spans): ‖first‖² + ‖second‖², square-rooted; `second` may be empty.
+template <class Exec>
+struct NormPieces {
+  Kokkos::View<const float*, typename Exec::memory_space> first, second;
+};
+
 template <class Exec, class Tail = NoTail>
 struct SumsOfSquaresSqrt {
   using MS = typename Exec::memory_space;
   using Member = typename Kokkos::TeamPolicy<Exec>::member_type;
-  Kokkos::View<const float*, MS> g[kMaxTerms];
+  // Buffer b's elements: g[b] then g2[b] (lengths len[b] − len0[b] and ...), len[b] in all.
+  Kokkos::View<const float*, MS> g[kMaxTerms], g2[kMaxTerms];
+  std::int64_t len0[kMaxTerms] = {}, len[kMaxTerms] = {};
   Kokkos::View<double, MS> out[kMaxTerms];
   Kokkos::View<double*, MS> partials;  // [buffer][chunk]
   // Per buffer: chunks finished, the last resets it to 0; then, at [kMaxTerms], buffers finished.
   Kokkos::View<int*, MS> done;
-  std::int64_t n = 0;
+  std::int64_t n = 0;  // the longest buffer's elements: its chunks cut every buffer's
   int chunks = 1, buffers = 1;
   // Run by one thread once every out[b] is written (see grad_norms).
   Tail tail;
@@ -57,13 +66,15 @@ struct SumsOfSquaresSqrt {
 
   KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
     const int b = team.league_rank() / chunks, c = team.league_rank() % chunks;
-    const std::int64_t per = (n + chunks - 1) / chunks, begin = c * per, end = begin + per < n ? begin + per : n;
+    const std::int64_t per = (n + chunks - 1) / chunks, begin = c * per;
+    const std::int64_t end = begin + per < len[b] ? begin + per : len[b], first = len0[b];
     const Kokkos::View<const float*, MS>& x = g[b];
+    const Kokkos::View<const float*, MS>& y = g2[b];
     double sum = 0.0;
     Kokkos::parallel_reduce(
         Kokkos::TeamThreadRange(team, begin, end < begin ? begin : end),
         [&](const std::int64_t i, double& acc) {
-          const double v = x(i);
+          const double v = i < first ? x(i) : y(i - first);
           acc += v * v;
         },
         sum);
@@ -129,12 +140,13 @@ GradNormsScratch<Exec> make_grad_norms_scratch(const Exec& exec) {
 
 // With a `tail` (a functor called as tail(0)), one thread runs it after every norm is written, in
 // the same launch: what reads the norms next (the guard, Adam's clip scale) costs no launch.
+// out[b] = ‖pieces[b]‖₂; the pieces may differ in length.
 template <class Exec, class Tail = NoTail>
-void grad_norms(const Exec& exec, const std::vector<Kokkos::View<const float*, typename Exec::memory_space>>& grads,
+void grad_norms(const Exec& exec, const std::vector<NormPieces<Exec>>& pieces,
                 const std::vector<Kokkos::View<double, typename Exec::memory_space>>& out,
                 const GradNormsScratch<Exec>& scratch, const Tail& tail = Tail{}) {
-  require(!grads.empty() && grads.size() <= static_cast<std::size_t>(kMaxTerms) && out.size() == grads.size(),
-          "grad_norms: ", grads.size(), " buffers and ", out.size(), " results; expected 1 to ", kMaxTerms,
+  require(!pieces.empty() && pieces.size() <= static_cast<std::size_t>(kMaxTerms) && out.size() == pieces.size(),
+          "grad_norms: ", pieces.size(), " buffers and ", out.size(), " results; expected 1 to ", kMaxTerms,
           " buffers with a result each");
   require(scratch.chunks >= 1 && scratch.partials.extent(0) >= static_cast<std::size_t>(kMaxTerms * scratch.chunks) &&
               scratch.done.extent(0) >= static_cast<std::size_t>(kMaxTerms + 1),
@@ -142,21 +154,39 @@ void grad_norms(const Exec& exec, const std::vector<Kokkos::View<const float*, t
           " chunks; expected one from make_grad_norms_scratch");
   SumsOfSquaresSqrt<Exec, Tail> f;
   f.tail = tail;
-  f.buffers = static_cast<int>(grads.size());
-  for (std::size_t b = 0; b < grads.size(); ++b) {
-    require(grads[b].extent(0) == grads[0].extent(0) && grads[b].extent(0) > 0, "grad_norms: buffer ", b, " holds ",
-            grads[b].extent(0), " floats; expected ", grads[0].extent(0), " like buffer 0, at least 1");
-    f.g[b] = grads[b];
+  f.buffers = static_cast<int>(pieces.size());
+  for (std::size_t b = 0; b < pieces.size(); ++b) {
+    const std::int64_t a = static_cast<std::int64_t>(pieces[b].first.extent(0));
+    const std::int64_t n = a + static_cast<std::int64_t>(pieces[b].second.extent(0));
+    require(n > 0, "grad_norms: buffer ", b, " holds 0 floats; expected at least 1");
+    f.g[b] = pieces[b].first;
+    f.g2[b] = pieces[b].second;
+    f.len0[b] = a;
+    f.len[b] = n;
     f.out[b] = out[b];
+    f.n = std::max(f.n, n);
   }
   f.partials = scratch.partials;
   f.done = scratch.done;
-  f.n = static_cast<std::int64_t>(grads[0].extent(0));
   f.chunks = grad_norm_chunks(exec, f.n, scratch.chunks);
   constexpr bool host = Kokkos::SpaceAccessibility<Kokkos::HostSpace, typename Exec::memory_space>::accessible;
   Kokkos::parallel_for("zs::grad_norms",
-                       Kokkos::TeamPolicy<Exec>(exec, static_cast<int>(grads.size()) * f.chunks, host ? 1 : kNormTeamSize),
+                       Kokkos::TeamPolicy<Exec>(exec, static_cast<int>(pieces.size()) * f.chunks, host ? 1 : kNormTeamSize),
                        AfterPriorGrids<SumsOfSquaresSqrt<Exec, Tail>>(f));
+}
+
+// The same over whole buffers of one length.
+template <class Exec, class Tail = NoTail>
+void grad_norms(const Exec& exec, const std::vector<Kokkos::View<const float*, typename Exec::memory_space>>& grads,
+                const std::vector<Kokkos::View<double, typename Exec::memory_space>>& out,
+                const GradNormsScratch<Exec>& scratch, const Tail& tail = Tail{}) {
+  std::vector<NormPieces<Exec>> pieces;
+  for (std::size_t b = 0; b < grads.size(); ++b) {
+    require(grads[b].extent(0) == grads[0].extent(0) && grads[b].extent(0) > 0, "grad_norms: buffer ", b, " holds ",
+            grads[b].extent(0), " floats; expected ", grads[0].extent(0), " like buffer 0, at least 1");
+    pieces.push_back({grads[b], {}});
+  }
+  grad_norms(exec, pieces, out, scratch, tail);
 }
 
 // Enqueues ‖grad‖₂ into `norm` (grad_norms with one buffer: Kokkos' own reduction is not used,

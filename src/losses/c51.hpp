@@ -24,6 +24,10 @@ class C51Term final : public LossTerm {
  public:
   C51Term(const StepContext& ctx, float budget);
   void enqueue(const ExecSpace& exec, const Gemm& gemm) override;
+  // The trunk and the main heads.
+  std::vector<std::pair<std::size_t, std::size_t>> gradient_spans() const override {
+    return {ctx_.layout.layers_span(0, ctx_.layout.trunk_layers() + ctx_.layout.head_set_layers() - 1)};
+  }
   // Builds the fused kernel (ctx.fused), carrying each rider's backward (FusedC51). Once.
   void fuse(const std::vector<FusedRider>& riders);
   // The fused kernel, nullptr when the term runs launch plans.

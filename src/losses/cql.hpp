@@ -13,6 +13,10 @@ class CqlTerm final : public LossTerm {
  public:
   CqlTerm(const StepContext& ctx, float budget);
   void enqueue(const ExecSpace& exec, const Gemm& gemm) override;
+  // The trunk and the main heads.
+  std::vector<std::pair<std::size_t, std::size_t>> gradient_spans() const override {
+    return {ctx_.layout.layers_span(0, ctx_.layout.trunk_layers() + ctx_.layout.head_set_layers() - 1)};
+  }
   // Its gradient is the online net's on s through the main heads: the fused kernel can carry it.
   std::optional<FusedRider> ride_fused(const FusedOptions& options, const Gemm& gemm) override;
 

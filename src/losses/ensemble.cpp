@@ -36,6 +36,12 @@ EnsembleTerm::EnsembleTerm(const StepContext& ctx, float budget)
   backward_ = std::make_unique<BackwardPlan>(ctx.net, ctx.online, ctx.batch.states(), ctx.online_acts, grads_, g_, grad());
 }
 
+std::vector<std::pair<std::size_t, std::size_t>> EnsembleTerm::gradient_spans() const {
+  const ParamLayout& l = ctx_.layout;
+  const int first = grads_.front().set.value0, last = grads_.back().set.hidden_layer(l.branch_count()) + 1;
+  return {l.layers_span(0, l.trunk_layers() - 1), l.layers_span(first, last)};
+}
+
 void EnsembleTerm::enqueue(const ExecSpace& exec, const Gemm& gemm) {
   if (riding_) return;
   forward_->enqueue(exec, gemm, ctx_.side);

@@ -18,6 +18,8 @@ class EnsembleTerm final : public LossTerm {
  public:
   EnsembleTerm(const StepContext& ctx, float budget);
   void enqueue(const ExecSpace& exec, const Gemm& gemm) override;
+  // The trunk and its members' head sets (consecutive in the layout).
+  std::vector<std::pair<std::size_t, std::size_t>> gradient_spans() const override;
   // Its members are head sets on the online net's features of s: where the fused kernel's forward
   // is phases, it carries their forward and the backward; the term then runs their dueling head,
   // its loss and the spread between the kernel's loss phase and its backward.

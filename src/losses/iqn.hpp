@@ -17,6 +17,10 @@ class IqnTerm final : public LossTerm {
  public:
   IqnTerm(const StepContext& ctx, float budget);
   void enqueue(const ExecSpace& exec, const Gemm& gemm) override;
+  // The trunk and its own three layers.
+  std::vector<std::pair<std::size_t, std::size_t>> gradient_spans() const override {
+    return {ctx_.layout.layers_span(0, ctx_.layout.trunk_layers() - 1), ctx_.layout.layers_span(layer_, layer_ + 2)};
+  }
   // Its gradient reaches the trunk through the features: the fused kernel carries the trunk's
   // backward, and its own layers as products of the kernel's phases (the forward's where the
   // forward is phases, else in the riders' launch), each side's two layers beside the heads'.

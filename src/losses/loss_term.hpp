@@ -4,6 +4,7 @@
 // its terms: their gradient norms come from one launch, each gradient is clipped to its share and
 // the clipped gradients are summed in one pass, and the metrics record lists every term.
 #pragma once
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -111,6 +112,12 @@ class LossTerm {
   DeviceScalar<float> loss() const { return loss_; }
   // ‖grad()‖₂, written by the trainer's norm launch.
   DeviceScalar<double> norm() const { return norm_; }
+  // The pieces [begin, end) of the layout that the term's gradient may be nonzero in (the tensors
+  // it writes; elsewhere its buffer stays the zeros it was made with): its norm reads only these.
+  // At most two; the whole layout unless the term says less.
+  virtual std::vector<std::pair<std::size_t, std::size_t>> gradient_spans() const {
+    return {{std::size_t{0}, grad_.flat().extent(0)}};
+  }
 
   // Enqueues the term's loss and its gradient into grad() on `exec`: no allocation, no sync.
   virtual void enqueue(const ExecSpace& exec, const Gemm& gemm) = 0;

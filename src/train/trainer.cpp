@@ -15,6 +15,23 @@
 namespace zs {
 
 namespace {
+// The pieces of a term's gradient buffer that its norm reads (LossTerm::gradient_spans).
+kernels::NormPieces<ExecSpace> norm_pieces(const LossTerm& t) {
+  const auto spans = t.gradient_spans();
+  const std::size_t n = t.grad().flat().extent(0);
+  require(!spans.empty() && spans.size() <= 2, "loss term '", t.name(), "': ", spans.size(),
+          " gradient spans; expected 1 or 2");
+  kernels::NormPieces<ExecSpace> p;
+  for (std::size_t i = 0; i < spans.size(); ++i) {
+    const auto [begin, end] = spans[i];
+    require(begin < end && end <= n && (i == 0 || begin >= spans[0].second), "loss term '", t.name(),
+            "': gradient span ", i, " is [", begin, ", ", end, "); expected a non-empty piece of the ", n,
+            "-float layout after the one before");
+    (i == 0 ? p.first : p.second) = Kokkos::subview(t.grad().flat(), std::make_pair(begin, end));
+  }
+  return p;
+}
+
 // Whether the batch is one the fused step is meant for (TrainerOptions::fused_max_batch).
 bool fused_batch_fits(const TrainerOptions& o, std::string* reason) {
   if (o.batch_size <= o.fused_max_batch) return true;
@@ -190,11 +207,12 @@ void Trainer::enqueue_phase(Phase phase) {
       // come from one launch, whose last thread then runs the guard's check and Adam's prepare
       // (C51's clip scale, t and the bias corrections for the verdict): one graph node, not three.
       // C51's share of max_grad_norm is its clip. With posts_beside the records are posted in
-      // the optimizer phase instead (enqueue_posts).
-      std::vector<ConstDeviceFloats> grads;
+      // the optimizer phase instead (enqueue_posts). Each norm reads only the pieces of the layout
+      // its term writes (LossTerm::gradient_spans).
+      std::vector<kernels::NormPieces<ExecSpace>> grads;
       std::vector<DeviceScalar<double>> norms;
       for (const auto& t : terms_) {
-        grads.emplace_back(t->grad().flat());
+        grads.push_back(norm_pieces(*t));
         norms.push_back(t->norm());
       }
       const auto prepare = optimizer_.prepare_kernel(guard_.skip_flag(), DeviceScalar<const double>(c51.norm()),
