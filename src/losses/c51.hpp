@@ -3,7 +3,9 @@
 // online net on s; per-sample priorities for the replay buffer; its gradient through the heads
 // and the trunk. Its share of max_grad_norm is what the other terms leave.
 #pragma once
+#include <cstddef>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "losses/c51_fused.hpp"

@@ -1,8 +1,11 @@
 // The CQL regulariser, an auxiliary loss term: α·(logsumexp_a Q − Q(taken)) per branch on the C51
 // head of the online net, and its gradient through the head and the trunk.
 #pragma once
+#include <cstddef>
 #include <memory>
 #include <optional>
+#include <utility>
+#include <vector>
 
 #include "losses/loss_term.hpp"
 #include "nn/network_plan.hpp"

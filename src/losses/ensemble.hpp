@@ -2,6 +2,7 @@
 // the shared trunk, trained by cross-entropy against the C51 term's projected targets; their
 // gradient (heads and trunk), and the spread of Q over all heads as uncertainty.
 #pragma once
+#include <cstddef>
 #include <memory>
 #include <optional>
 #include <string>

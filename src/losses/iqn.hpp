@@ -3,9 +3,12 @@
 // Z(s, ·, τ) = iqn.1(ReLU(iqn.0(f ⊙ φ))) for every action of every branch; the quantile Huber loss
 // against the target net's quantiles at C51's double-DQN action; its gradient (head and trunk).
 #pragma once
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <utility>
+#include <vector>
 
 #include "kernels/dense_batch.hpp"
 #include "losses/loss_term.hpp"
