@@ -25,41 +25,66 @@ struct EnsembleLoss {
   Kokkos::View<float**, Kokkos::LayoutRight, MS> d_branch_out;        // [E, B·A·atoms] out (BranchTable per member)
   BranchTable table;
 
-  // One team per (member e, sample i), threads over atoms. L_ie = (1/K)·Σ_k CE(m_ik, p_e(s_i, a_ik));
+  // One team per (member e, sample i). Its threads take the branches, each branch's cross-entropy
+  // and Σ m reductions over atoms across the thread's vector lanes (no team barrier between
+  // them); then a lane per (branch, atom) for the logits' gradient, and a lane per atom for the
+  // value stream's (branches summed in order). L_ie = (1/K)·Σ_k CE(m_ik, p_e(s_i, a_ik));
   // loss = (1/E)·Σ_e (1/B)·Σ_i w_i·L_ie; gradients as in C51 (softmax·Σm − m, through the dueling mean).
+  // Team scratch: each branch's cross-entropy and Σ m, and each (branch, atom)'s ∂loss/∂logit.
+  KOKKOS_INLINE_FUNCTION static std::size_t scratch_floats(const BranchTable& t, int atoms) {
+    return 2 * static_cast<std::size_t>(t.branches) + static_cast<std::size_t>(t.branches) * atoms;
+  }
+
   KOKKOS_INLINE_FUNCTION void operator()(const Member& team, float& loss_sum) const {
     const int E = static_cast<int>(logp.extent(0)), B = static_cast<int>(logp.extent(1));
     const int atoms = static_cast<int>(logp.extent(3)), K = table.branches;
     const int e = team.league_rank() / B, i = team.league_rank() % B;
     const float w = weights(i);
     const float coef = w / static_cast<float>(B * K * E);
-    const bool finite_w = is_finite(w);
-    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, atoms), [&](const int j) { d_value(e, i, j) = 0.f; });
-    float L = finite_w ? 0.f : NAN;
-    for (int k = 0; k < K; ++k) {
+    float* const ce = static_cast<float*>(team.team_scratch(0).get_shmem(sizeof(float) * scratch_floats(table, atoms)));
+    float* const msum = ce + K;
+    float* const dq = msum + K;  // [K][atoms]
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, K), [&](const int k) {
+      const int c0 = table.cum(k), n = table.cum(k + 1) - c0;
+      const int taken = actions(i, k);
+      const int t = taken >= 0 && taken < n ? taken : 0;
+      float c = 0.f, m = 0.f;
+      Kokkos::parallel_reduce(
+          Kokkos::ThreadVectorRange(team, atoms),
+          [&](const int j, float& acc) { acc -= projected(i, k, j) * logp(e, i, c0 + t, j); }, c);
+      Kokkos::parallel_reduce(
+          Kokkos::ThreadVectorRange(team, atoms), [&](const int j, float& acc) { acc += projected(i, k, j); }, m);
+      Kokkos::single(Kokkos::PerThread(team), [&]() {
+        ce[k] = c;
+        msum[k] = m;
+      });
+    });
+    team.team_barrier();
+    Kokkos::parallel_for(Kokkos::TeamVectorRange(team, K * atoms), [&](const int kj) {
+      const int k = kj / atoms, j = kj % atoms;
       const int c0 = table.cum(k), n = table.cum(k + 1) - c0;
       const int taken = actions(i, k);
       const bool valid = taken >= 0 && taken < n;
       const int t = valid ? taken : 0;
-      float ce = 0.f, msum = 0.f;
-      Kokkos::parallel_reduce(
-          Kokkos::TeamThreadRange(team, atoms),
-          [&](const int j, float& acc) { acc -= projected(i, k, j) * logp(e, i, c0 + t, j); }, ce);
-      // Kokkos' team reduction leaves its result in shared memory, and the next one writes
-      // there: without the barrier a fast warp overwrites it before a slow one reads it.
-      team.team_barrier();
-      Kokkos::parallel_reduce(
-          Kokkos::TeamThreadRange(team, atoms), [&](const int j, float& acc) { acc += projected(i, k, j); }, msum);
-      L += valid ? ce / static_cast<float>(K) : NAN;
-      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, atoms), [&](const int j) {
-        const float dq = valid ? coef * (::expf(logp(e, i, c0 + t, j)) * msum - projected(i, k, j)) : NAN;
-        d_value(e, i, j) += dq;
-        for (int a = 0; a < n; ++a)
-          d_branch_out(e, table.index(B, atoms, k, i, a, j)) = dq * ((a == t ? 1.f : 0.f) - 1.f / static_cast<float>(n));
-      });
-      team.team_barrier();
-    }
-    Kokkos::single(Kokkos::PerTeam(team), [&]() { loss_sum += w * L / static_cast<float>(B * E); });
+      const float d = valid ? coef * (::expf(logp(e, i, c0 + t, j)) * msum[k] - projected(i, k, j)) : NAN;
+      dq[kj] = d;
+      for (int a = 0; a < n; ++a)
+        d_branch_out(e, table.index(B, atoms, k, i, a, j)) = d * ((a == t ? 1.f : 0.f) - 1.f / static_cast<float>(n));
+    });
+    team.team_barrier();
+    Kokkos::parallel_for(Kokkos::TeamVectorRange(team, atoms), [&](const int j) {
+      float sum = 0.f;
+      for (int k = 0; k < K; ++k) sum += dq[k * atoms + j];
+      d_value(e, i, j) = sum;
+    });
+    Kokkos::single(Kokkos::PerTeam(team), [&]() {
+      float L = is_finite(w) ? 0.f : NAN;
+      for (int k = 0; k < K; ++k) {
+        const int n = table.cum(k + 1) - table.cum(k), taken = actions(i, k);
+        L += taken >= 0 && taken < n ? ce[k] / static_cast<float>(K) : NAN;
+      }
+      loss_sum += w * L / static_cast<float>(B * E);
+    });
   }
 };
 
@@ -83,8 +108,15 @@ void ensemble_loss(const Exec& exec, const EnsembleLoss<Exec>& f,
           "ensemble_loss: gradient buffers are [", f.d_value.extent(0), ", ", f.d_value.extent(1), ", ",
           f.d_value.extent(2), "] and [", f.d_branch_out.extent(0), ", ", f.d_branch_out.extent(1), "]; expected [", E,
           ", ", B, ", ", J, "] and [", E, ", ", B * A * J, "]");
-  Kokkos::parallel_reduce("zs::ensemble_loss", Kokkos::TeamPolicy<Exec>(exec, static_cast<int>(E * B), kAtomTeam), f,
-                          loss);
+  // CUDA: 4 threads of 32 lanes; the host: one thread a team.
+  constexpr bool host = Kokkos::SpaceAccessibility<Kokkos::HostSpace, typename Exec::memory_space>::accessible;
+  const std::size_t bytes = sizeof(float) * EnsembleLoss<Exec>::scratch_floats(f.table, static_cast<int>(J));
+  const auto policy = Kokkos::TeamPolicy<Exec>(exec, static_cast<int>(E * B), host ? 1 : 4, host ? 1 : 32)
+                          .set_scratch_size(0, Kokkos::PerTeam(bytes));
+  require(bytes <= static_cast<std::size_t>(policy.scratch_size_max(0)), "ensemble_loss: ", f.table.branches,
+          " branches and ", J, " atoms need ", bytes, " bytes of team scratch; at most ", policy.scratch_size_max(0),
+          " fit");
+  Kokkos::parallel_reduce("zs::ensemble_loss", policy, f, loss);
 }
 
 template <class Exec>
