@@ -1053,7 +1053,7 @@ TEST(FusedC51, AuxiliariesRideTheKernelsPhasesAndTheirGradientsAreTheirLaunchPla
     EXPECT_EQ(more, static_cast<int>(c.trunk.size()) + (heads ? 2 : 0) + (c.ensemble.k > 0 || c.iqn.on ? 2 : 0) +
                         (c.iqn.on ? 1 : 0))
         << "each trunk layer's backward phase; with heads (IQN's own layers too), the heads' and the features' "
-           "backward phases; with the ensemble or IQN, the heads' two forward phases; with IQN, the first trunk "
+           "backward phases; with the ensemble or IQN, the heads' two forward phases; with IQN, the last trunk "
            "layer's forward phase (its cosine embedding)";
     zs::test::step_on_same_batches(riding, apart, 1, seed + 100, [&](zs::Trainer& a, zs::Trainer& b) {
       a.step_direct();

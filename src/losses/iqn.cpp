@@ -230,8 +230,10 @@ void IqnTerm::add_products(FusedBuilder& b, FusedPhase phase, bool forward) {
   const SideOf sides[2] = {{&online_, &ctx_.online, cos_.data()},
                            {&target_, &ctx_.target, cos_.data() + static_cast<std::size_t>(R) * E_}};
   switch (phase) {
-    case FusedPhase::forward_first:
-      // φ before its bias, as the launch plans' product leaves it for the modulation.
+    case FusedPhase::trunk_last:
+      // φ before its bias, as the launch plans' product leaves it for the modulation. Its tiles
+      // (short: k is the embedding's 64) fill the slots that the trunk layer's few long tiles
+      // leave free.
       if (!forward) return;
       b.launch_before(here, [this](const ExecSpace& exec) { enqueue_sample(exec); });
       for (const SideOf& x : sides)

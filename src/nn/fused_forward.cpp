@@ -120,7 +120,7 @@ kernels::DuelingTiles<ExecSpace, kernels::DuelingTable<MemSpace>> add_forward_ph
       const float* x = i == 0 ? r.input : at(r.acts->trunk[i - 1], r.row0, in);
       b.product(j, {{rows_of(x, in), rows_of(r.params->weight(i).data(), in), in}});
     }
-    if (i == 0 && hook) hook(b, FusedPhase::forward_first);
+    if (i == T - 1 && hook) hook(b, FusedPhase::trunk_last);
   }
   // The heads: the value stream, then each branch; each a hidden layer on the features and an
   // output layer on that.

@@ -28,8 +28,8 @@ struct HeadSetPass {
 // their products) and returns the dueling head the last phase runs. dueling_phase false: the
 // phases end with the output layers, and the caller forms the head itself (the C51 step's
 // loss, FusedOptions::fuse_head_loss); what is returned is then not run. `hook`, when given, is
-// called in the first trunk layer's phase, the heads' hidden phase and their output phase
-// (FusedPhase::forward_first, heads_hidden, heads_out), after the products of each.
+// called in the last trunk layer's phase, the heads' hidden phase and their output phase
+// (FusedPhase::trunk_last, heads_hidden, heads_out), after the products of each.
 kernels::DuelingTiles<ExecSpace, kernels::DuelingTable<MemSpace>> add_forward_phases(
     FusedBuilder& b, const Network& net, const std::vector<ForwardPass>& passes, const FusedOptions& options,
     bool dueling_phase = true, const std::vector<HeadSetPass>& head_sets = {}, const FusedPhaseHook& hook = {});

@@ -124,7 +124,7 @@ struct FusedOptions {
   bool auxiliaries_ride = true;
   // Riders' own layers (IQN's cosine embedding, modulation and quantile network) as products of
   // the forward's phases beside C51's (FusedRider::products; where the forward is phases): the
-  // embedding in the first trunk layer's phase, its two layers in the heads' two phases, τ and the
+  // embedding in the last trunk layer's phase, its two layers in the heads' two phases, τ and the
   // modulation a launch each before them; their backward's products in the backward's first three
   // phases either way. false: their forward in the riders' launch (FusedRider::ahead, as in the
   // thirtieth session), with cuBLAS where the backend has it.
@@ -185,10 +185,10 @@ class FusedKernel;
 class FusedBuilder;
 
 // The phases of the C51 step's kernel where a loss term's own products may join C51's
-// (FusedRider::products): the forward's first (the first trunk layer's), the heads' hidden and
-// output layers'; the backward's output layers', hidden layers' (the features' gradient) and the
-// last trunk layer's.
-enum class FusedPhase { forward_first, heads_hidden, heads_out, backward_out, backward_hidden, backward_trunk };
+// (FusedRider::products): the forward's last trunk layer's, the heads' hidden and output
+// layers'; the backward's output layers', hidden layers' (the features' gradient) and the last
+// trunk layer's.
+enum class FusedPhase { trunk_last, heads_hidden, heads_out, backward_out, backward_hidden, backward_trunk };
 // Called with the builder in that phase, once C51's products of it are added.
 using FusedPhaseHook = std::function<void(FusedBuilder&, FusedPhase)>;
 
