@@ -38,14 +38,26 @@ struct IqnSample {
   int rows;  // R = B·N
   std::uint64_t first_row = 0;
 
-  // Feature e of row r: a thread each, so that a warp writes consecutive floats of a row (a
+  KOKKOS_INLINE_FUNCTION float draw(const int r) const {
+    const bool target = r >= rows;
+    return iqn_tau(seed, target ? kIqnTargetStream : kIqnOnlineStream, counter(),
+                   first_row + static_cast<std::uint64_t>(target ? r - rows : r));
+  }
+  KOKKOS_INLINE_FUNCTION static float cosine(int e, float t) {
+    return ::cosf(3.14159265358979f * static_cast<float>(e) * t);
+  }
+  // A device thread per (feature e, row r), so that a warp writes consecutive floats of a row (a
   // thread per row wrote E floats a row apart); each draws its row's τ (a few integer rounds).
   KOKKOS_INLINE_FUNCTION void operator()(const int e, const int r) const {
-    const bool target = r >= rows;
-    const float t = iqn_tau(seed, target ? kIqnTargetStream : kIqnOnlineStream, counter(),
-                            first_row + static_cast<std::uint64_t>(target ? r - rows : r));
+    const float t = draw(r);
     if (e == 0) tau(r) = t;
-    cosines(r, e) = ::cosf(3.14159265358979f * static_cast<float>(e) * t);
+    cosines(r, e) = cosine(e, t);
+  }
+  // A host thread per row: it draws τ once.
+  KOKKOS_INLINE_FUNCTION void operator()(const int r) const {
+    const float t = draw(r);
+    tau(r) = t;
+    for (int e = 0; e < static_cast<int>(cosines.extent(1)); ++e) cosines(r, e) = cosine(e, t);
   }
 };
 
@@ -66,15 +78,17 @@ void iqn_sample(const Exec& exec, const Kokkos::View<std::uint64_t, typename Exe
               cosines.extent(1) >= 1,
           "iqn_sample: ", rows, " rows per side, tau [", tau.extent(0), "], cosines [", cosines.extent(0), ", ",
           cosines.extent(1), "]; expected rows >= 1, tau [2·rows] and cosines [2·rows, >= 1]");
-  using Policy = Kokkos::MDRangePolicy<Exec, Kokkos::Rank<2, Kokkos::Iterate::Left, Kokkos::Iterate::Left>>;
+  const IqnSample<Exec> f{counter, tau, cosines, seed, rows, first_row};
   constexpr bool host = Kokkos::SpaceAccessibility<Kokkos::HostSpace, typename Exec::memory_space>::accessible;
-  const typename Policy::point_type begin{0, 0},
-      end{static_cast<std::int64_t>(cosines.extent(1)), static_cast<std::int64_t>(2) * rows};
-  // Device: blocks of 32 features × 4 rows (Kokkos 3.4's CUDA MDRange puts threadIdx.x on index
-  // 0); the host keeps Kokkos' tiles (a whole row innermost).
-  const Policy policy =
-      host ? Policy(exec, begin, end) : Policy(exec, begin, end, typename Policy::tile_type{32, 4});
-  Kokkos::parallel_for("zs::iqn_sample", policy, IqnSample<Exec>{counter, tau, cosines, seed, rows, first_row});
+  if (host) {
+    Kokkos::parallel_for("zs::iqn_sample", Kokkos::RangePolicy<Exec>(exec, 0, 2 * rows), f);
+  } else {
+    // Blocks of 32 features × 4 rows (Kokkos 3.4's CUDA MDRange puts threadIdx.x on index 0).
+    using Policy = Kokkos::MDRangePolicy<Exec, Kokkos::Rank<2, Kokkos::Iterate::Left, Kokkos::Iterate::Left>>;
+    const typename Policy::point_type begin{0, 0},
+        end{static_cast<std::int64_t>(cosines.extent(1)), static_cast<std::int64_t>(2) * rows};
+    Kokkos::parallel_for("zs::iqn_sample", Policy(exec, begin, end, typename Policy::tile_type{32, 4}), f);
+  }
   Kokkos::parallel_for("zs::iqn_advance", Kokkos::RangePolicy<Exec>(exec, 0, 1), IqnAdvance<Exec>{counter});
 }
 
