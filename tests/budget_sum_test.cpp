@@ -138,6 +138,58 @@ TEST(Budget, SumOfClippedGradientsMatchesReference) {
   }
 }
 
+// An auxiliary's gradient given as pieces (LossTerm::gradient_spans): the sum reads only those,
+// so NaN outside them (where a term's buffer holds zeros in a step) never reaches the result, and
+// inside them it is the whole-buffer sum's.
+TEST(Budget, SumReadsAnAuxiliaryOnlyInsideItsSpans) {
+  const auto seed = zs::test::fresh_seed();
+  SCOPED_TRACE(testing::Message() << "seed " << seed);
+  const std::size_t n = 20011;
+  zs::Stream stream;
+  Buffers bufs(stream, 3, n, seed);
+  const std::int64_t b0 = 100, e0 = 4000, b1 = 9000, e1 = 9500;
+  auto inside = [&](std::size_t i) {
+    const auto j = static_cast<std::int64_t>(i);
+    return (j >= b0 && j < e0) || (j >= b1 && j < e1);
+  };
+  for (std::size_t i = 0; i < n; ++i)
+    if (!inside(i)) bufs.host[1][i] = 0.f;  // the term's zeros: its norm is its spans'
+  bufs.dev[1] = zs::test::to_device(bufs.host[1]);
+  bufs.enqueue(stream);
+  auto poisoned = bufs.host[1];
+  for (std::size_t i = 0; i < n; ++i)
+    if (!inside(i)) poisoned[i] = kNaN;
+  auto dev_poisoned = zs::test::to_device(poisoned);
+  zs::kernels::BudgetTerm one{dev_poisoned.data(), bufs.norms[1].data(), 0.5};
+  one.begin[0] = b0;
+  one.end[0] = e0;
+  one.begin[1] = b1;
+  one.end[1] = e1;
+  const zs::kernels::BudgetTerm two{bufs.dev[2].data(), bufs.norms[2].data(), 1e9};
+  zs::DeviceScalar<float> scale("zs::test::scale");
+  Kokkos::deep_copy(scale, 0.5f);
+  zs::DeviceFloats dst("zs::test::dst", n);
+  zs::kernels::budget_sum(stream.exec(), dst, zs::ConstDeviceFloats(bufs.dev[0]), zs::DeviceScalar<const float>(scale),
+                          {one, two});
+  stream.synchronize();
+  const auto got = zs::test::to_host(dst);
+  const double c1 = reference_clip(reference_norm(bufs.host[1]), 0.5), c2 = reference_clip(reference_norm(bufs.host[2]), 1e9);
+  ASSERT_LT(c1, 1.0) << "the 0.5 limit should clip";
+  for (std::size_t i = 0; i < n; ++i) {
+    const double ref = 0.5 * bufs.host[0][i] + c1 * bufs.host[1][i] + c2 * bufs.host[2][i];
+    const double mag = std::fabs(0.5 * bufs.host[0][i]) + std::fabs(c1 * bufs.host[1][i]) + std::fabs(c2 * bufs.host[2][i]);
+    ASSERT_TRUE(std::isfinite(got[i])) << "at " << i;
+    ASSERT_NEAR(got[i], ref, 1e-6 * mag + 1e-30) << "at " << i;
+  }
+  // A span past the buffer is refused, naming it.
+  one.end[1] = static_cast<std::int64_t>(n) + 1;
+  const auto msg = zs::test::error_of([&] {
+    zs::kernels::budget_sum(stream.exec(), dst, zs::ConstDeviceFloats(bufs.dev[0]), zs::DeviceScalar<const float>(scale),
+                            {one});
+  });
+  EXPECT_NE(msg.find("span 1 is [9000, 20012)"), std::string::npos) << msg;
+}
+
 TEST(Budget, CapturedNormsAndSumReplayWithFreshInputs) {
   const std::size_t n = 20011;
   const auto seed = zs::test::fresh_seed();

@@ -22,6 +22,9 @@ struct BudgetTerm {
   const float* grad = nullptr;  // the auxiliary's whole-layout gradient
   const double* norm = nullptr;  // its ‖grad‖₂ on the device
   double limit = 0;              // budget fraction × max_grad_norm
+  // Where grad may be nonzero (LossTerm::gradient_spans): [begin[s], end[s]) for s = 0, 1; zeros
+  // elsewhere, which the sum then does not read. end[0] = −1: the whole buffer.
+  std::int64_t begin[2] = {0, 0}, end[2] = {-1, 0};
 };
 
 template <class Exec>
@@ -33,6 +36,10 @@ struct BudgetSum {
   BudgetTerm aux[kMaxAuxiliaries];
   int n_aux = 0;
 
+  KOKKOS_INLINE_FUNCTION static bool holds(const BudgetTerm& t, std::int64_t i) {
+    return t.end[0] < 0 || (i >= t.begin[0] && i < t.end[0]) || (i >= t.begin[1] && i < t.end[1]);
+  }
+
   KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t item) const {
     const float s = scale();
     float sa[kMaxAuxiliaries];
@@ -43,7 +50,7 @@ struct BudgetSum {
     for (std::int64_t i = begin; i < end; ++i) {
       float v = s == 0.f ? 0.f : s * c51(i);  // 0 × NaN would be NaN
       for (int b = 0; b < n_aux; ++b)
-        if (sa[b] != 0.f) v += sa[b] * aux[b].grad[i];
+        if (sa[b] != 0.f && holds(aux[b], i)) v += sa[b] * aux[b].grad[i];
       dst(i) = v;
     }
   }
@@ -61,6 +68,12 @@ void budget_sum(const Exec& exec, Kokkos::View<float*, typename Exec::memory_spa
   BudgetSum<Exec> f{dst, c51, scale, {}, static_cast<int>(aux.size())};
   for (std::size_t b = 0; b < aux.size(); ++b) {
     require(aux[b].grad && aux[b].norm, "budget_sum: auxiliary ", b, " has a null gradient or norm; expected both");
+    const std::int64_t n = static_cast<std::int64_t>(dst.extent(0));
+    const bool whole = aux[b].end[0] < 0;
+    for (int s = 0; s < 2 && !whole; ++s)
+      require(aux[b].begin[s] >= 0 && aux[b].begin[s] <= aux[b].end[s] && aux[b].end[s] <= n, "budget_sum: auxiliary ",
+              b, "'s span ", s, " is [", aux[b].begin[s], ", ", aux[b].end[s], "); expected a piece of the ", n,
+              " floats");
     detail::check_limit("budget_sum", static_cast<float>(aux[b].limit));
     f.aux[b] = aux[b];
   }

@@ -242,9 +242,16 @@ void Trainer::enqueue_phase(Phase phase) {
         optimizer_.update(exec, online_, c51.grad(), optimizer_.clip_scale(), guard_.skip_flag(), target_);
       } else {
         std::vector<kernels::BudgetTerm> auxiliaries;
-        for (std::size_t i = 1; i < terms_.size(); ++i)
-          auxiliaries.push_back({terms_[i]->grad().flat().data(), terms_[i]->norm().data(),
-                                 static_cast<double>(terms_[i]->budget() * config_.max_grad_norm)});
+        for (std::size_t i = 1; i < terms_.size(); ++i) {
+          kernels::BudgetTerm b{terms_[i]->grad().flat().data(), terms_[i]->norm().data(),
+                                static_cast<double>(terms_[i]->budget() * config_.max_grad_norm)};
+          const auto spans = terms_[i]->gradient_spans();  // norm_pieces checked them
+          for (std::size_t s = 0; s < spans.size() && s < 2; ++s) {
+            b.begin[s] = static_cast<std::int64_t>(spans[s].first);
+            b.end[s] = static_cast<std::int64_t>(spans[s].second);
+          }
+          auxiliaries.push_back(b);
+        }
         kernels::budget_sum(exec, applied_->flat(), ConstDeviceFloats(c51.grad().flat()),
                             DeviceScalar<const float>(optimizer_.clip_scale()), auxiliaries);
         optimizer_.update(exec, online_, *applied_, unit_scale_, guard_.skip_flag(), target_);
