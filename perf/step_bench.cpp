@@ -326,7 +326,8 @@ BENCHMARK(BM_StepAux)->Arg(0)->Arg(1)->Arg(2)->Arg(4)->Arg(7)->UseManualTime()->
 // BM_StepAux's step with the auxiliaries riding the fused kernel's phases: ride 2
 // (FusedOptions::auxiliaries_ride, the default: IQN's own layers products of the forward's and
 // the backward's phases, riders_forward); 1 as 2 with IQN's forward in the riders' launch (cuBLAS;
-// the thirtieth session's default); 3 every rider but IQN; 0 none (each term's own launch plans
+// the thirtieth session's default); 3 every rider but IQN; 4 as 2 with the riders' losses split
+// between the main stream and the side lane (losses_beside); 0 none (each term's own launch plans
 // after the kernel). aux: BM_StepAux's mask.
 void BM_StepAuxRide(benchmark::State& state) {
   const zs::Config c = with_auxiliaries(static_cast<int>(state.range(0)));
@@ -336,11 +337,12 @@ void BM_StepAuxRide(benchmark::State& state) {
   opt.fused.auxiliaries_ride = ride != 0;
   opt.fused.riders_forward = ride != 1;
   if (ride == 3) opt.fused.ride_except = {"iqn"};
+  opt.fused.losses_beside = ride == 4;
   time_fused_steps(state, c, opt);
 }
 BENCHMARK(BM_StepAuxRide)
     ->ArgNames({"aux", "ride"})
-    ->ArgsProduct({{1, 2, 4, 7}, {0, 1, 2, 3}})
+    ->ArgsProduct({{1, 2, 4, 7}, {0, 1, 2, 3, 4}})
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 

@@ -1105,6 +1105,17 @@ TEST(FusedC51, AuxiliariesRideTheKernelsPhasesAndTheirGradientsAreTheirLaunchPla
     EXPECT_TRUE(graph.graph_recorded());
     EXPECT_TRUE(zs::test::same_bits(host_copy(graph.online().flat()), host_copy(direct.online().flat())));
     EXPECT_TRUE(zs::test::same_bits(host_copy(graph.optimizer().v().flat()), host_copy(direct.optimizer().v().flat())));
+    // The riders' losses split between the main stream and the side lane (losses_beside): the
+    // same bits, from a graph too.
+    auto split = rides;
+    split.fused.losses_beside = true;
+    zs::Trainer split_graph(c, split);
+    EXPECT_EQ(split_graph.fused_kernel()->launches(), kr.launches());
+    zs::test::step_on_same_batches(split_graph, split_graph, 4, seed + 200,
+                                   [](zs::Trainer& g, zs::Trainer&) { g.step(); });
+    EXPECT_TRUE(split_graph.graph_recorded());
+    EXPECT_TRUE(zs::test::same_bits(host_copy(graph.online().flat()), host_copy(split_graph.online().flat())));
+    EXPECT_TRUE(zs::test::same_bits(host_copy(graph.optimizer().v().flat()), host_copy(split_graph.optimizer().v().flat())));
     if (!c.iqn.on || c.ensemble.k > 0) continue;
     // With riders_forward off, IQN's own forward is FusedRider::ahead: in the riders' launch, or on the side lane beside the head phases
     // (ahead_beside: a launch more, which forks it there), or beside but without a side lane (then

@@ -266,12 +266,16 @@ FusedC51::FusedC51(const StepContext& ctx, Gradients& g, const ParamBuffer& grad
       });
     // The riders' losses read the online net's log-probabilities on s and C51's targets, which the
     // loss's phase writes.
+    const SideLane* beside = options.losses_beside && riders.size() > 1 ? ctx.side : nullptr;
     if (!riders.empty())
-      b.launch_between([riders, side, ahead](const ExecSpace& exec) {
+      b.launch_between([riders, side, ahead, beside](const ExecSpace& exec) {
         if (ahead && side != nullptr) side->join();
         for (const FusedRider& r : riders)
           if (r.ahead && side == nullptr) r.ahead(exec, nullptr);
-        for (const FusedRider& r : riders) r.loss(exec);
+        if (beside != nullptr) beside->fork();
+        for (std::size_t i = 0; i < riders.size(); ++i)
+          riders[i].loss(beside != nullptr && i % 2 == 1 ? beside->exec() : exec);
+        if (beside != nullptr) beside->join();
       });
     // Each phase's input gradient feeds the next; each layer's weight gradient shares the phase
     // of the layer below's input gradient. An input gradient: B rows of n columns into out,

@@ -135,6 +135,10 @@ struct FusedOptions {
   // an H100 (BM_StepAuxRide, thirtieth session, B = 256): IQN alone 329.8 µs a step against
   // 232.2, every auxiliary 402.9 against 346.4.
   bool ahead_beside = false;
+  // The riders' losses (independent of each other) split between the main stream and the step's
+  // side lane, every other rider on the side, joined before the backward's first phase: their
+  // small launches side by side instead of one after another. false: all on the main stream.
+  bool losses_beside = false;
   // Auxiliaries named here keep their own launch plans though they could ride (to measure what
   // each rider gains).
   std::vector<std::string> ride_except;
