@@ -941,11 +941,47 @@ TEST(FusedC51, TheNormInTheLastBackwardPhaseIsTheNormsLaunchs) {
       }
       EXPECT_TRUE(in_step.graph_recorded());
     }
+  // Every auxiliary riding: a norm a term from the tiles' squares, each the norms' launch's (and
+  // so the budget's clip of each) to double rounding, step after step.
+  auto every = with_every_auxiliary(small_net(seed));
+  every["max_grad_norm"] = 0.01;
+  const auto c = zs::Config::from_json(every);
+  auto on = fused_options(B, zs::PhasedMode::launches, 0), off = on;
+  on.fused.norm_in_backward = true;
+  off.fused.norm_in_backward = false;
+  zs::Trainer in_step(c, on), apart(c, off);
+  ASSERT_TRUE(in_step.norm_in_step());
+  ASSERT_EQ(in_step.fused_kernel()->norms(), 4);
+  EXPECT_EQ(in_step.fused_kernel()->launches(), apart.fused_kernel()->launches())
+      << "the same kernel launches (the norms' own launch is the trainer's, gone from the step)";
+  for (int s = 0; s < 3; ++s) {
+    SCOPED_TRACE(testing::Message() << "every auxiliary, step " << s);
+    const auto hb = zs::random_batch(c, B, seed + 60 + s);
+    zs::upload(in_step.stream().exec(), c, hb, in_step.batch());
+    zs::upload(apart.stream().exec(), c, hb, apart.batch());
+    in_step.step();
+    apart.step_direct();
+    in_step.synchronize();
+    apart.synchronize();
+    const auto mi = in_step.term_metrics(), ma = apart.term_metrics();
+    ASSERT_TRUE(mi && ma);
+    ASSERT_EQ(mi->terms.size(), 4u);
+    for (std::size_t t = 0; t < mi->terms.size(); ++t) {
+      SCOPED_TRACE(mi->terms[t].name);
+      ASSERT_TRUE(std::isfinite(ma->terms[t].grad_norm) && ma->terms[t].grad_norm > 0) << ma->terms[t].grad_norm;
+      EXPECT_NEAR(mi->terms[t].grad_norm, ma->terms[t].grad_norm, 1e-12 * ma->terms[t].grad_norm);
+      EXPECT_NEAR(mi->terms[t].scale, ma->terms[t].scale, 1e-6);
+    }
+    EXPECT_TRUE(zs::test::same_bits(host_copy(in_step.grad().flat()), host_copy(apart.grad().flat())));
+    EXPECT_LT(max_rel(host_copy(in_step.online().flat()), host_copy(apart.online().flat())), 1e-6);
+  }
+  EXPECT_TRUE(in_step.graph_recorded());
 }
 
-// Where the norms' launch has more to do than C51's norm, the trainer keeps it, whatever the
-// option says: with auxiliaries (their norms and budgets), with an all-reduce between the loss
-// and the norm, with the posts between the norm and the update.
+// Where the norms' launch has more to do than the kernel's norms, the trainer keeps it, whatever
+// the option says: with an auxiliary that does not ride the kernel (its gradient is not the
+// kernel's products), with an all-reduce between the loss and the norm, with the posts between
+// the norm and the update. With every auxiliary riding, the kernel takes a norm a term.
 TEST(FusedC51, TheNormStaysItsOwnLaunchWhereItHasMoreToDo) {
   const auto seed = zs::test::fresh_seed();
   const int B = 8;
@@ -958,8 +994,17 @@ TEST(FusedC51, TheNormStaysItsOwnLaunchWhereItHasMoreToDo) {
   {
     zs::Trainer aux(zs::Config::from_json(with_every_auxiliary(small_net(seed))), on);
     ASSERT_TRUE(aux.fused()) << aux.fused_off_reason();
-    EXPECT_FALSE(aux.norm_in_step());
-    EXPECT_FALSE(aux.fused_kernel()->takes_norm());
+    EXPECT_TRUE(aux.norm_in_step());
+    EXPECT_EQ(aux.fused_kernel()->norms(), 4);
+    auto except = on;
+    except.fused.ride_except = {"cql"};
+    zs::Trainer one_apart(zs::Config::from_json(with_every_auxiliary(small_net(seed))), except);
+    EXPECT_FALSE(one_apart.norm_in_step());
+    EXPECT_FALSE(one_apart.fused_kernel()->takes_norm());
+    auto own = on;
+    own.fused.auxiliaries_ride = false;
+    zs::Trainer apart(zs::Config::from_json(with_every_auxiliary(small_net(seed))), own);
+    EXPECT_FALSE(apart.norm_in_step());
   }
   {
     auto reduce = on;
@@ -1154,7 +1199,7 @@ TEST(FusedC51, NaNBatchTripsTheGuardAndChangesNothing) {
     auto o = fused_options(8);
     o.fused.norm_in_backward = norm_in_backward;
     zs::Trainer tr(c, o);
-    EXPECT_EQ(tr.norm_in_step(), norm_in_backward && j.find("iqn") == j.end());
+    EXPECT_EQ(tr.norm_in_step(), norm_in_backward);
     auto hb = zs::random_batch(c, 8, seed + 3);
     zs::upload(tr.stream().exec(), c, hb, tr.batch());
     tr.step();

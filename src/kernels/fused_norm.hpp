@@ -1,9 +1,10 @@
-// The gradient norm inside the fused step (FusedOptions::norm_in_backward): each tile that writes
-// a piece of the gradient also stores its Σ v² (ProductJob::squares), and the tile of the last
-// backward phase that finishes last adds them in slot order, takes the root and runs what reads
-// the norm next (the guard's verdict, then Adam's t and clip scale): no launch of its own over the
-// gradient. Slot order is fixed, so the norm is the same bits every run; it differs from
-// grad_norms' only in the order of its double sums.
+// The gradient norms inside the fused step (FusedOptions::norm_in_backward): each tile that writes
+// a piece of a gradient also stores its Σ v² (ProductJob::squares), and the tile of the last
+// backward phase that finishes last adds each gradient's in slot order, takes the roots and runs
+// what reads the first norm next (the guard's verdict, then Adam's t and clip scale): no launch of
+// its own over the gradients. Norm 0 is C51's; with riders, norm t is the t-th rider's
+// (LossTerm::ride_fused). Slot order is fixed, so each norm is the same bits every run; it
+// differs from grad_norms' only in the order of its double sums.
 #pragma once
 #include <cmath>
 
@@ -12,6 +13,7 @@
 #include "kernels/adam.hpp"
 #include "kernels/guard_check.hpp"
 #include "kernels/last_team.hpp"
+#include "kernels/term_limits.hpp"
 
 namespace zs::kernels {
 
@@ -19,11 +21,12 @@ template <class Exec>
 struct FusedNorm {
   using Member = typename Kokkos::TeamPolicy<Exec>::member_type;
   using Tail = Then<GuardCheck<Exec>, AdamPrepare<Exec>>;
-  const double* squares = nullptr;  // [slots]: each counted tile's Σ v²
-  int slots = 0;
+  const double* squares = nullptr;  // [slots]: each counted tile's Σ v², norm by norm
+  int norms = 0;                     // norm t adds slots [first[t], first[t + 1])
+  int first[kMaxTerms + 1] = {};
   int phase = -1;  // the phase whose last tile adds them (no counted tile comes later); −1: none
   int* arrived = nullptr;  // tiles of that phase done; the last one resets it for the next launch
-  double* out = nullptr;   // ‖gradient‖₂
+  double* out[kMaxTerms] = {};  // ‖gradient t‖₂
   int has_tail = 0;
   Tail tail;
 
@@ -32,11 +35,15 @@ struct FusedNorm {
     if (!finished_last(team, arrived, tiles)) return;
     // Stored by other teams of this launch as well as by earlier phases: past L1.
     const volatile double* const s = squares;
-    double total = 0.0;
-    Kokkos::parallel_reduce(
-        Kokkos::TeamVectorRange(team, slots), [&](const int i, double& acc) { acc += s[i]; }, total);
+    for (int t = 0; t < norms; ++t) {
+      const int f = first[t];
+      double total = 0.0;
+      Kokkos::parallel_reduce(
+          Kokkos::TeamVectorRange(team, first[t + 1] - f), [&](const int i, double& acc) { acc += s[f + i]; }, total);
+      Kokkos::single(Kokkos::PerTeam(team), [&]() { *out[t] = ::sqrt(total); });
+    }
+    // The same thread stored every norm: the tail reads them.
     Kokkos::single(Kokkos::PerTeam(team), [&]() {
-      *out = ::sqrt(total);
       if (has_tail) tail(0);
       *arrived = 0;
     });

@@ -50,9 +50,10 @@ FusedC51::FusedC51(const StepContext& ctx, Gradients& g, const ParamBuffer& grad
                                         {&ctx.target, ctx.batch.next_states(), &target, 0}};
   std::vector<HeadSetPass> rider_heads;  // the riders' own head sets, on the online net's features of s
   // The riders' own products, each phase's in the riders' order.
-  const FusedPhaseHook rider_products = [riders](FusedBuilder& builder, FusedPhase phase) {
-    for (const FusedRider& r : riders)
-      if (r.products) r.products(builder, phase);
+  // Rider r's products count in norm r + 1 (C51's is 0).
+  const FusedPhaseHook rider_products = [riders](FusedBuilder& builder, FusedPhase phase, int) {
+    for (std::size_t r = 0; r < riders.size(); ++r)
+      if (riders[r].products) riders[r].products(builder, phase, static_cast<int>(r) + 1);
   };
   for (const FusedRider& r : riders) {
     require(r.g != nullptr && r.grad != nullptr && r.loss && r.g->rows == B &&
@@ -131,7 +132,7 @@ FusedC51::FusedC51(const StepContext& ctx, Gradients& g, const ParamBuffer& grad
     float* dz_hidden = nullptr;  // [heads][B][H]: each head's gradient below its ReLU
     std::vector<float*> d_trunk;
     const ParamBuffer* grad = nullptr;
-    bool in_norm = false;
+    int norm = -1;  // the norm its weight gradients count in (FusedBuilder::product)
     float* dz_hidden_of(std::size_t h, int B, int H) const { return dz_hidden + h * B * H; }
   };
   // A head's ∂loss/∂(output layer) as A-operand segments (transposed: [width, B] for its weight
@@ -164,7 +165,7 @@ FusedC51::FusedC51(const StepContext& ctx, Gradients& g, const ParamBuffer& grad
     c51.dz_hidden = dz_hidden_.data();
     for (int i = 0; i < T; ++i) c51.d_trunk.push_back(g.d_trunk[i].data());
     c51.grad = &grad;
-    c51.in_norm = true;
+    c51.norm = 0;
   }
   for (const FusedRider& r : riders) {
     Chain ch;
@@ -190,6 +191,7 @@ FusedC51::FusedC51(const StepContext& ctx, Gradients& g, const ParamBuffer& grad
     ch.dz_hidden = rider_dz_hidden_.back().data();
     for (int i = 0; i < T; ++i) ch.d_trunk.push_back(r.g->d_trunk[i].data());
     ch.grad = r.grad;
+    ch.norm = static_cast<int>(chains.size());
     chains.push_back(std::move(ch));
   }
 
@@ -203,7 +205,7 @@ FusedC51::FusedC51(const StepContext& ctx, Gradients& g, const ParamBuffer& grad
     dw.out = ch.grad->weight(hd.hidden_layer + 1).data();
     dw.out_ld = H;
     dw.row_sums = ch.grad->bias(hd.hidden_layer + 1).data();
-    b.product(dw, d_out_segments(hd, true, columns_of(hd.hidden, H), B), ch.in_norm);
+    b.product(dw, d_out_segments(hd, true, columns_of(hd.hidden, H), B), ch.norm);
   };
   auto dw_hidden = [&](const Chain& ch, std::size_t h) {
     ProductJob dw;
@@ -213,7 +215,7 @@ FusedC51::FusedC51(const StepContext& ctx, Gradients& g, const ParamBuffer& grad
     dw.out_ld = F;
     dw.row_sums = ch.grad->bias(ch.heads[h].hidden_layer).data();
     b.product(dw, {{columns_of(ch.dz_hidden_of(h, B, H), H), columns_of(online.trunk[T - 1].data(), F), B}},
-              ch.in_norm);
+              ch.norm);
   };
   auto dw_trunk = [&](const Chain& ch, int i) {
     const int out = c.trunk[i], in = i == 0 ? c.state_dim : c.trunk[i - 1];
@@ -224,7 +226,7 @@ FusedC51::FusedC51(const StepContext& ctx, Gradients& g, const ParamBuffer& grad
     dw.out = ch.grad->weight(i).data();
     dw.out_ld = in;
     dw.row_sums = ch.grad->bias(i).data();
-    b.product(dw, {{columns_of(ch.d_trunk[i], out), columns_of(x, in), B}}, ch.in_norm);
+    b.product(dw, {{columns_of(ch.d_trunk[i], out), columns_of(x, in), B}}, ch.norm);
   };
 
   if (options.row_block_backward != 0) {
@@ -300,7 +302,7 @@ FusedC51::FusedC51(const StepContext& ctx, Gradients& g, const ParamBuffer& grad
         dw_out(ch, h);
       }
     b.tiles(kernels::FusedTileKind::c51_finish, 1);
-    rider_products(b, FusedPhase::backward_out);
+    rider_products(b, FusedPhase::backward_out, -1);
 
     b.phase();
     for (const Chain& ch : chains) {
@@ -312,7 +314,7 @@ FusedC51::FusedC51(const StepContext& ctx, Gradients& g, const ParamBuffer& grad
       if (!s.empty()) b.product(dx(F, ch.d_trunk[T - 1], online.trunk[T - 1].data()), s);
       for (std::size_t h = 0; h < ch.heads.size(); ++h) dw_hidden(ch, h);
     }
-    rider_products(b, FusedPhase::backward_hidden);
+    rider_products(b, FusedPhase::backward_hidden, -1);
     for (int i = T - 1; i >= 0; --i) {
       b.phase();
       for (const Chain& ch : chains) {
@@ -323,7 +325,7 @@ FusedC51::FusedC51(const StepContext& ctx, Gradients& g, const ParamBuffer& grad
         }
         dw_trunk(ch, i);
       }
-      if (i == T - 1) rider_products(b, FusedPhase::backward_trunk);
+      if (i == T - 1) rider_products(b, FusedPhase::backward_trunk, -1);
     }
   }
 

@@ -111,7 +111,7 @@ std::optional<FusedRider> IqnTerm::ride_fused(const FusedOptions& options, const
         enqueue_forward(main, gemm);
     };
   r.loss = [this](const ExecSpace& exec) { enqueue_loss(exec); };
-  r.products = [this, forward](FusedBuilder& b, FusedPhase phase) { add_products(b, phase, forward); };
+  r.products = [this, forward](FusedBuilder& b, FusedPhase phase, int norm) { add_products(b, phase, forward, norm); };
   r.g = &g_;
   r.grad = &grad();
   r.features_given = true;
@@ -208,7 +208,7 @@ kernels::ProductOperand columns_of(const float* p, int ld) { return {p, 1, ld}; 
 constexpr int kWeightGradSplitChunks = 8;
 }  // namespace
 
-void IqnTerm::add_products(FusedBuilder& b, FusedPhase phase, bool forward) {
+void IqnTerm::add_products(FusedBuilder& b, FusedPhase phase, bool forward, int norm) {
   const int R = B_ * N_, here = b.phases() - 1;
   const ParamBuffer& g = grad();
   const ParamBuffer& on = ctx_.online;
@@ -262,7 +262,7 @@ void IqnTerm::add_products(FusedBuilder& b, FusedPhase phase, bool forward) {
       // iqn.1: dW = d_outᵀ·hidden with its bias's gradient; ∂loss/∂hidden = d_out·W through the ReLU.
       ProductJob dw = job(A_, H_, g.weight(layer_ + 2).data(), H_);
       dw.row_sums = g.bias(layer_ + 2).data();
-      b.product(dw, {{columns_of(d_out_.data(), A_), columns_of(online_.hidden.data(), H_), R}}, false,
+      b.product(dw, {{columns_of(d_out_.data(), A_), columns_of(online_.hidden.data(), H_), R}}, norm,
                 kWeightGradSplitChunks);
       ProductJob dx = job(R, H_, d_hidden_.data(), H_);
       dx.mask = online_.hidden.data();
@@ -273,7 +273,7 @@ void IqnTerm::add_products(FusedBuilder& b, FusedPhase phase, bool forward) {
     case FusedPhase::backward_hidden: {
       ProductJob dw = job(H_, F_, g.weight(layer_ + 1).data(), F_);
       dw.row_sums = g.bias(layer_ + 1).data();
-      b.product(dw, {{columns_of(d_hidden_.data(), H_), columns_of(online_.h.data(), F_), R}}, false,
+      b.product(dw, {{columns_of(d_hidden_.data(), H_), columns_of(online_.h.data(), F_), R}}, norm,
                 kWeightGradSplitChunks);
       b.product(job(R, F_, d_h_.data(), F_),
                 {{rows_of(d_hidden_.data(), H_), columns_of(on.weight(layer_ + 1).data(), F_), H_}});
@@ -284,7 +284,7 @@ void IqnTerm::add_products(FusedBuilder& b, FusedPhase phase, bool forward) {
       b.launch_before(here, [this](const ExecSpace& exec) { enqueue_modulate_backward(exec, true); });
       ProductJob dw = job(F_, E_, g.weight(layer_).data(), E_);
       dw.row_sums = g.bias(layer_).data();
-      b.product(dw, {{columns_of(d_phi_.data(), F_), columns_of(cos_.data(), E_), R}}, false, kWeightGradSplitChunks);
+      b.product(dw, {{columns_of(d_phi_.data(), F_), columns_of(cos_.data(), E_), R}}, norm, kWeightGradSplitChunks);
       return;
     }
   }

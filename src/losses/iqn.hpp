@@ -56,8 +56,8 @@ class IqnTerm final : public LossTerm {
   // through_relu: FusedRider::features_given).
   void enqueue_modulate_backward(const ExecSpace& exec, bool through_relu);
   // FusedRider::products: the term's layers in the fused kernel's phases (the forward's only when
-  // `forward`).
-  void add_products(FusedBuilder& b, FusedPhase phase, bool forward);
+  // `forward`), its weight gradients counted in `norm`.
+  void add_products(FusedBuilder& b, FusedPhase phase, bool forward, int norm);
 
   struct Side {
     DeviceFloats phi, h, hidden, out;

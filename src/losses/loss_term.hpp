@@ -89,8 +89,9 @@ struct FusedRider {
   // or row_block_forward).
   std::vector<HeadSetGrads> head_sets;
   // The term's own layers as products of the kernel's phases (IQN's), or empty: called in each
-  // FusedPhase with the builder in it, after C51's products of that phase; the term adds its jobs
-  // and, where its products need a launch of its own first, puts it before the phase
+  // FusedPhase with the builder in it, after C51's products of that phase, and the norm its weight
+  // gradients count in (FusedOptions::norm_in_backward); the term adds its jobs and, where its
+  // products need a launch of its own first, puts it before the phase
   // (FusedBuilder::launch_before(b.phases() − 1, …)). The forward's phases only where the forward is
   // phases (not FusedOptions::cluster_forward or row_block_forward).
   FusedPhaseHook products;

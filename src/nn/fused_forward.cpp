@@ -120,7 +120,7 @@ kernels::DuelingTiles<ExecSpace, kernels::DuelingTable<MemSpace>> add_forward_ph
       const float* x = i == 0 ? r.input : at(r.acts->trunk[i - 1], r.row0, in);
       b.product(j, {{rows_of(x, in), rows_of(r.params->weight(i).data(), in), in}});
     }
-    if (i == T - 1 && hook) hook(b, FusedPhase::trunk_last);
+    if (i == T - 1 && hook) hook(b, FusedPhase::trunk_last, -1);
   }
   // The heads: the value stream, then each branch; each a hidden layer on the features and an
   // output layer on that.
@@ -155,7 +155,7 @@ kernels::DuelingTiles<ExecSpace, kernels::DuelingTable<MemSpace>> add_forward_ph
       j.relu = 1;
       b.product(j, {{rows_of(x.features, F), rows_of(x.params->weight(x.set.hidden_layer(h)).data(), F), F}});
     }
-  if (hook) hook(b, FusedPhase::heads_hidden);
+  if (hook) hook(b, FusedPhase::heads_hidden, -1);
   b.phase();
   for (const Run& r : runs)
     for (int h = 0; h <= K; ++h) {
@@ -179,7 +179,7 @@ kernels::DuelingTiles<ExecSpace, kernels::DuelingTable<MemSpace>> add_forward_ph
       j.out_ld = width;
       b.product(j, {{rows_of(set_hidden(x, h), H), rows_of(x.params->weight(x.set.hidden_layer(h) + 1).data(), H), H}});
     }
-  if (hook) hook(b, FusedPhase::heads_out);
+  if (hook) hook(b, FusedPhase::heads_out, -1);
   const kernels::DuelingTiles<ExecSpace, kernels::DuelingTable<MemSpace>> d = dueling_tiles(net, passes, options);
   if (dueling_phase) {
     b.phase();

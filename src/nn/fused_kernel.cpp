@@ -185,7 +185,9 @@ void FusedBuilder::tiles(kernels::FusedTileKind kind, int count) {
 }
 
 void FusedBuilder::product(kernels::ProductJob job, const std::vector<kernels::ProductSegment>& segments,
-                           bool in_norm, int split_chunks) {
+                           int norm, int split_chunks) {
+  require(norm >= -1 && norm < kernels::kMaxTerms, "FusedBuilder: a product's norm ", norm, "; expected -1 (none) to ",
+          kernels::kMaxTerms - 1);
   require(split_chunks >= -1, "FusedBuilder: a product's split_chunks = ", split_chunks,
           "; expected -1 (the options') or at least 0");
   require(job.m >= 1 && job.n >= 1 && job.out != nullptr && !segments.empty(), "FusedBuilder: a product of [",
@@ -216,7 +218,7 @@ void FusedBuilder::product(kernels::ProductJob job, const std::vector<kernels::P
   const int count = Product::tiles(job.m, job.n, job.tiles_m, job.tiles_n);
   jobs_.push_back(job);
   job_phase_.push_back(phases() - 1);
-  in_norm_.push_back(in_norm ? 1 : 0);
+  norm_of_.push_back(norm);
   split_chunks_.push_back(split_chunks);
   tiles(kernels::FusedTileKind::product, count);
   items_.back().job = static_cast<int>(jobs_.size()) - 1;
@@ -272,30 +274,43 @@ FusedKernel FusedBuilder::build(FusedProgramOnDevice program, std::size_t scratc
       c += tiles;
     }
   }
-  // The norm's partial sums: a slot per output tile of every in_norm job (its last split stores
-  // it), added by the last tile of the last phase that has such a job.
+  // The norms' partial sums: a slot per output tile of every counted job (its last split stores
+  // it), norm by norm, added by the last tile of the last phase that has such a job.
   program.norm = {};
   if (options.norm_in_backward) {
-    std::int64_t slots = 0;
+    int norms = 0;
     for (std::size_t i = 0; i < jobs.size(); ++i)
-      if (in_norm_[i]) {
-        slots += static_cast<std::int64_t>(jobs[i].tiles_m) * jobs[i].tiles_n;
+      if (norm_of_[i] >= 0) {
+        norms = std::max(norms, norm_of_[i] + 1);
         program.norm.phase = std::max(program.norm.phase, job_phase_[i]);
       }
-    if (slots > 0) {
+    if (norms > 0) {
+      std::int64_t slots = 0;
+      std::vector<std::int64_t> first(static_cast<std::size_t>(norms) + 1, 0);
+      for (int t = 0; t < norms; ++t) {
+        first[static_cast<std::size_t>(t)] = slots;
+        for (std::size_t i = 0; i < jobs.size(); ++i)
+          if (norm_of_[i] == t) slots += static_cast<std::int64_t>(jobs[i].tiles_m) * jobs[i].tiles_n;
+        require(slots > first[static_cast<std::size_t>(t)], "FusedBuilder: norm ", t, " of ", norms,
+                " has no product counted in it; expected every norm up to the last to have one");
+      }
+      first[static_cast<std::size_t>(norms)] = slots;
       k.squares_ = Kokkos::View<double*, MemSpace>("zs::fused::norm_squares", static_cast<std::size_t>(slots));
       k.arrived_ = Kokkos::View<int, MemSpace>("zs::fused::norm_arrived");
-      k.norm_ = Kokkos::View<double, MemSpace>("zs::fused::norm");
-      std::int64_t at = 0;
+      k.norms_.clear();
+      for (int t = 0; t < norms; ++t) k.norms_.emplace_back("zs::fused::norm");
+      std::vector<std::int64_t> at(first.begin(), first.end() - 1);
       for (std::size_t i = 0; i < jobs.size(); ++i)
-        if (in_norm_[i]) {
-          jobs[i].squares = k.squares_.data() + at;
-          at += static_cast<std::int64_t>(jobs[i].tiles_m) * jobs[i].tiles_n;
+        if (norm_of_[i] >= 0) {
+          const std::size_t t = static_cast<std::size_t>(norm_of_[i]);
+          jobs[i].squares = k.squares_.data() + at[t];
+          at[t] += static_cast<std::int64_t>(jobs[i].tiles_m) * jobs[i].tiles_n;
         }
       program.norm.squares = k.squares_.data();
-      program.norm.slots = static_cast<int>(slots);
+      program.norm.norms = norms;
+      for (int t = 0; t <= norms; ++t) program.norm.first[t] = static_cast<int>(first[static_cast<std::size_t>(t)]);
       program.norm.arrived = k.arrived_.data();
-      program.norm.out = k.norm_.data();
+      for (int t = 0; t < norms; ++t) program.norm.out[t] = k.norms_[static_cast<std::size_t>(t)].data();
     }
   }
   std::vector<kernels::FusedItem> items = items_;
@@ -384,10 +399,17 @@ void FusedBuilder::launch_before(int phase, std::function<void(const ExecSpace&)
 void FusedKernel::set_norm_tail(Kokkos::View<double, MemSpace> out, const kernels::FusedNorm<ExecSpace>::Tail& tail) {
   require(takes_norm(), "FusedKernel::set_norm_tail: the kernel takes no norm (FusedOptions::norm_in_backward "
           "off, or no product counted in it)");
-  norm_ = out;
-  program_.norm.out = norm_.data();
+  norms_[0] = out;
+  program_.norm.out[0] = out.data();
   program_.norm.tail = tail;
   program_.norm.has_tail = 1;
+}
+
+void FusedKernel::set_norm_out(int t, Kokkos::View<double, MemSpace> out) {
+  require(t >= 1 && t < norms(), "FusedKernel::set_norm_out: norm ", t, "; the kernel takes ", norms(),
+          " norms (0 is set_norm_tail's)");
+  norms_[static_cast<std::size_t>(t)] = out;
+  program_.norm.out[t] = out.data();
 }
 
 void FusedKernel::enqueue(const ExecSpace& exec) const {

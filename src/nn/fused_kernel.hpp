@@ -91,10 +91,11 @@ struct FusedOptions {
   bool fuse_head_loss = true;
   // The gradient's norm inside the last backward phase: each weight-gradient tile also stores the
   // Σ v² of what it wrote, and the phase's last tile to finish adds them, takes the root and runs
-  // the guard's verdict and Adam's prepare (FusedKernel::set_norm_tail; the trainer does so when
-  // C51 is the step's only term, alone on its rank, with posts_beside): one launch fewer (the
-  // norm's, 11.3 µs of kernel time in the H200's B = 256 step, Nsight). On an H100
-  // (BM_StepFusedNorm, 2026-12-05): B = 256 103.7 µs a step against 108.9, B = 64 80.4 against 85.9.
+  // the guard's verdict and Adam's prepare (FusedKernel::set_norm_tail; the trainer does so alone
+  // on its rank, with posts_beside, when every auxiliary rides the kernel: each rider's gradient is
+  // then a norm of its own, FusedKernel::set_norm_out): one launch fewer (the norm's, 11.3 µs of
+  // kernel time in the H200's B = 256 step, Nsight). On an H100 (BM_StepFusedNorm, 2026-12-05):
+  // B = 256 103.7 µs a step against 108.9, B = 64 80.4 against 85.9.
   bool norm_in_backward = true;
   // The C51 step's forward (every layer of the three passes, not the dueling head, which the loss
   // forms) as one row-block launch before the fused kernel (nn/row_block_forward.hpp, a team a
@@ -193,8 +194,9 @@ class FusedBuilder;
 // layers'; the backward's output layers', hidden layers' (the features' gradient) and the last
 // trunk layer's.
 enum class FusedPhase { trunk_last, heads_hidden, heads_out, backward_out, backward_hidden, backward_trunk };
-// Called with the builder in that phase, once C51's products of it are added.
-using FusedPhaseHook = std::function<void(FusedBuilder&, FusedPhase)>;
+// Called with the builder in that phase, once C51's products of it are added, and the norm the
+// caller's weight-gradient products count in (FusedBuilder::product's norm; −1 none).
+using FusedPhaseHook = std::function<void(FusedBuilder&, FusedPhase, int norm)>;
 
 // Phases of tiles, in order; each add_* appends tiles to the current phase.
 class FusedBuilder {
@@ -203,9 +205,11 @@ class FusedBuilder {
   // One product job (its m, n, epilogue; seg0/segs/tiles are set here) over `segments`.
   // in_norm: its output is a piece of the gradient whose norm the kernel takes
   // (FusedOptions::norm_in_backward); no piece may be written by two jobs.
-  // split_chunks: this job's own FusedOptions::split_chunks (a reduction over thousands of rows,
-  // whose tiles would otherwise be chains of 64 chunks and more); −1: the options'.
-  void product(kernels::ProductJob job, const std::vector<kernels::ProductSegment>& segments, bool in_norm = false,
+  // norm: which norm the job's output is a piece of (0 C51's, t the t-th rider's gradient; the
+  // norms are 0, 1, … with no gap), −1 none. split_chunks: this job's own
+  // FusedOptions::split_chunks (a reduction over thousands of rows, whose tiles would otherwise be
+  // chains of 64 chunks and more); −1: the options'.
+  void product(kernels::ProductJob job, const std::vector<kernels::ProductSegment>& segments, int norm = -1,
                int split_chunks = -1);
   void tiles(kernels::FusedTileKind kind, int count);
   // A launch of the caller's own, enqueued between the phases added so far and the next (a
@@ -223,7 +227,7 @@ class FusedBuilder {
  private:
   std::vector<kernels::ProductJob> jobs_;
   std::vector<int> job_phase_;  // each job's phase
-  std::vector<char> in_norm_;   // each job's in_norm
+  std::vector<int> norm_of_;    // each job's norm (−1: none)
   std::vector<int> split_chunks_;  // each job's split_chunks (−1: the options')
   std::vector<kernels::ProductSegment> segments_;
   std::vector<kernels::FusedItem> items_;
@@ -254,6 +258,10 @@ class FusedKernel {
   // Whether the kernel takes the norm of the gradient its in_norm products write
   // (FusedOptions::norm_in_backward); into a scalar of its own until set_norm_tail.
   bool takes_norm() const { return program_.norm.phase >= 0; }
+  // The norms it takes: C51's, then one a rider (0 when it takes none).
+  int norms() const { return program_.norm.norms; }
+  // Norm t (≥ 1) into `out` instead of the kernel's own scalar.
+  void set_norm_out(int t, Kokkos::View<double, MemSpace> out);
   // The norm into `out` instead, and `tail` run by the same thread once it is written (what the
   // norms' launch would run after it). Requires takes_norm().
   void set_norm_tail(Kokkos::View<double, MemSpace> out, const kernels::FusedNorm<ExecSpace>::Tail& tail);
@@ -280,7 +288,7 @@ class FusedKernel {
   Kokkos::View<int*, MemSpace> counters_;  // split-K arrivals, one per split output tile
   Kokkos::View<double*, MemSpace> squares_;  // the norm's partial sums, one per counted output tile
   Kokkos::View<int, MemSpace> arrived_;      // tiles of the norm's phase done
-  Kokkos::View<double, MemSpace> norm_;      // where the norm goes (set_norm_tail: the caller's)
+  std::vector<Kokkos::View<double, MemSpace>> norms_;  // where the norms go (set_norm_tail, set_norm_out: the caller's)
   Kokkos::View<std::uint64_t*, MemSpace> timeline_;  // FusedOptions::timeline
   std::vector<kernels::ProductJob> timeline_jobs_;   // the jobs as built, for timeline()'s tiles
 };

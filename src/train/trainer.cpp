@@ -75,10 +75,11 @@ Trainer::Trainer(const Config& config, const TrainerOptions& options)
   const auto auxiliaries = enabled_terms(config_);
   require(auxiliaries.size() + 1 <= static_cast<std::size_t>(kernels::kMaxTerms), "Trainer: ", auxiliaries.size() + 1,
           " loss terms; expected at most ", kernels::kMaxTerms);
-  // The fused kernel takes the norm only where the norms' launch would have nothing else to do:
-  // one term, no all-reduce between the loss and the norm, the posts beside the update.
+  // The fused kernel takes the norms only where the norms' launch would have nothing else to do:
+  // every term's gradient written by its products (the auxiliaries all ride it, below), no
+  // all-reduce between the loss and the norms, the posts beside the update.
   const bool reduces = (options_.group && options_.group->size() > 1) || options_.always_reduce;
-  if (!auxiliaries.empty() || reduces || !posts_beside()) options_.fused.norm_in_backward = false;
+  if (reduces || !posts_beside()) options_.fused.norm_in_backward = false;
   terms_.push_back(std::make_unique<C51Term>(ctx_, c51_budget(config_)));
   for (const auto& spec : auxiliaries) {
     terms_.push_back(spec.make(ctx_, spec.budget(config_)));
@@ -96,6 +97,7 @@ Trainer::Trainer(const Config& config, const TrainerOptions& options)
         if (std::find(except.begin(), except.end(), terms_[i]->name()) != except.end()) continue;
         if (auto r = terms_[i]->ride_fused(options_.fused, gemm_)) riders.push_back(std::move(*r));
       }
+    if (riders.size() + 1 != terms_.size()) options_.fused.norm_in_backward = false;
     c51->fuse(riders);
   }
   Kokkos::deep_copy(unit_scale_, 1.f);
@@ -106,10 +108,13 @@ Trainer::Trainer(const Config& config, const TrainerOptions& options)
     comm_ = make_communicator(options_.group ? *options_.group : ProcessGroup::solo(), stream_);
   if (auto* c51 = dynamic_cast<C51Term*>(terms_.front().get()); c51 && c51->fused() && c51->fused()->kernel().takes_norm()) {
     const LossTerm& t = *c51;
-    c51->fused()->kernel().set_norm_tail(
-        t.norm(), {guard_.verdict_kernel(t.loss(), t.norm(), optimizer_.lr()),
-                   optimizer_.prepare_kernel(guard_.skip_flag(), DeviceScalar<const double>(t.norm()),
-                                             t.budget() * config_.max_grad_norm)});
+    FusedKernel& k = c51->fused()->kernel();
+    require(k.norms() == static_cast<int>(terms_.size()), "Trainer: the fused kernel takes ", k.norms(),
+            " norms; expected one a term (", terms_.size(), ")");
+    k.set_norm_tail(t.norm(), {guard_.verdict_kernel(t.loss(), t.norm(), optimizer_.lr()),
+                               optimizer_.prepare_kernel(guard_.skip_flag(), DeviceScalar<const double>(t.norm()),
+                                                         t.budget() * config_.max_grad_norm)});
+    for (std::size_t i = 1; i < terms_.size(); ++i) k.set_norm_out(static_cast<int>(i), terms_[i]->norm());
     norm_in_step_ = true;
   }
   if (!fused_)  // fused, the C51 term's kernel runs the forward
