@@ -181,30 +181,40 @@ TEST(IQN, LossTauAndEveryGradientMatchTheReferenceAndFiniteDifferences) {
   }
 }
 
+// The τ counter advances once a step (the loss advances it, after the draws): with the launch
+// plans and with IQN riding the fused kernel.
 TEST(IQN, FreshTauEveryReplayAndGraphEqualsDirect) {
   const auto seed = zs::test::fresh_seed();
   SCOPED_TRACE(testing::Message() << "seed " << seed);
   const auto c = iqn_config(seed, 1.0);
-  zs::TrainerOptions opt;
-  opt.batch_size = 4;
-  zs::Trainer graph(c, opt), direct(c, opt);
-  const auto hb = zs::random_batch(c, 4, seed + 2);
-  zs::upload(graph.stream().exec(), c, hb, graph.batch());
-  zs::upload(direct.stream().exec(), c, hb, direct.batch());
-  std::vector<float> previous;
-  for (int s = 0; s < 4; ++s) {
-    graph.step();
-    direct.step_direct();
-    graph.synchronize();
-    const auto taus = zs::test::to_host(graph.term_as<zs::IqnTerm>("iqn")->taus());
-    EXPECT_EQ(taus[0], zs::kernels::iqn_tau(graph.term_as<zs::IqnTerm>("iqn")->seed(), zs::kernels::kIqnOnlineStream, s, 0)) << "step " << s;
-    EXPECT_NE(taus, previous) << "step " << s << " reused the previous step's τ";
-    previous = taus;
+  for (const bool fused : {false, true}) {
+    SCOPED_TRACE(fused ? "fused, riding" : "launch plans");
+    zs::TrainerOptions opt;
+    opt.batch_size = 4;
+    opt.fused_step = fused;
+    zs::Trainer graph(c, opt), direct(c, opt);
+    ASSERT_EQ(graph.fused(), fused) << graph.fused_off_reason();
+    const auto hb = zs::random_batch(c, 4, seed + 2);
+    zs::upload(graph.stream().exec(), c, hb, graph.batch());
+    zs::upload(direct.stream().exec(), c, hb, direct.batch());
+    std::vector<float> previous;
+    for (int s = 0; s < 4; ++s) {
+      graph.step();
+      direct.step_direct();
+      graph.synchronize();
+      const auto taus = zs::test::to_host(graph.term_as<zs::IqnTerm>("iqn")->taus());
+      EXPECT_EQ(taus[0], zs::kernels::iqn_tau(graph.term_as<zs::IqnTerm>("iqn")->seed(), zs::kernels::kIqnOnlineStream, s, 0)) << "step " << s;
+      EXPECT_NE(taus, previous) << "step " << s << " reused the previous step's τ";
+      previous = taus;
+      std::uint64_t calls = 0;
+      Kokkos::deep_copy(calls, graph.term_as<zs::IqnTerm>("iqn")->counter());
+      EXPECT_EQ(calls, static_cast<std::uint64_t>(s + 1)) << "one advance a step";
+    }
+    direct.synchronize();
+    EXPECT_TRUE(graph.graph_recorded());
+    EXPECT_TRUE(zs::test::same_bits(zs::test::to_host(graph.online().flat()), zs::test::to_host(direct.online().flat())));
+    EXPECT_TRUE(zs::test::same_bits(zs::test::to_host(graph.term_as<zs::IqnTerm>("iqn")->taus()), zs::test::to_host(direct.term_as<zs::IqnTerm>("iqn")->taus())));
   }
-  direct.synchronize();
-  EXPECT_TRUE(graph.graph_recorded());
-  EXPECT_TRUE(zs::test::same_bits(zs::test::to_host(graph.online().flat()), zs::test::to_host(direct.online().flat())));
-  EXPECT_TRUE(zs::test::same_bits(zs::test::to_host(graph.term_as<zs::IqnTerm>("iqn")->taus()), zs::test::to_host(direct.term_as<zs::IqnTerm>("iqn")->taus())));
 }
 
 TEST(IQN, ConfigErrorsAreClear) {

@@ -69,11 +69,12 @@ struct IqnAdvance {
 
 // Draws τ for both sides and their cosine features, then advances the counter (one thread,
 // after the draws), so every graph replay samples afresh and a run is reproducible from the seed.
+// advance false: the caller advances it later in the step (IqnLoss::advance).
 template <class Exec>
 void iqn_sample(const Exec& exec, const Kokkos::View<std::uint64_t, typename Exec::memory_space>& counter,
                 const Kokkos::View<float*, typename Exec::memory_space>& tau,
                 const Kokkos::View<float**, Kokkos::LayoutRight, typename Exec::memory_space>& cosines,
-                std::uint64_t seed, int rows, std::uint64_t first_row = 0) {
+                std::uint64_t seed, int rows, std::uint64_t first_row = 0, bool advance = true) {
   require(rows >= 1 && tau.extent(0) == 2 * static_cast<std::size_t>(rows) && cosines.extent(0) == tau.extent(0) &&
               cosines.extent(1) >= 1,
           "iqn_sample: ", rows, " rows per side, tau [", tau.extent(0), "], cosines [", cosines.extent(0), ", ",
@@ -89,7 +90,8 @@ void iqn_sample(const Exec& exec, const Kokkos::View<std::uint64_t, typename Exe
         end{static_cast<std::int64_t>(cosines.extent(1)), static_cast<std::int64_t>(2) * rows};
     Kokkos::parallel_for("zs::iqn_sample", Policy(exec, begin, end, typename Policy::tile_type{32, 4}), f);
   }
-  Kokkos::parallel_for("zs::iqn_advance", Kokkos::RangePolicy<Exec>(exec, 0, 1), IqnAdvance<Exec>{counter});
+  if (advance)
+    Kokkos::parallel_for("zs::iqn_advance", Kokkos::RangePolicy<Exec>(exec, 0, 1), IqnAdvance<Exec>{counter});
 }
 
 template <class Exec>
@@ -233,6 +235,9 @@ struct IqnLoss {
   BranchTable table;                              // the branches partition the A actions
   float gamma_n, kappa;
   int n_tau, n_tau_target;
+  // When given, the τ counter iqn_sample drew at (advance false) gains 1 here, after every draw of
+  // the step has been read: one launch fewer than iqn_sample's own advance.
+  Kokkos::View<std::uint64_t, MS> advance;
 
   // One team per sample, a team thread per (branch k, online quantile n) pair summing over the
   // N′ target quantiles. Each pair writes its own row segment of d_quantiles (the branch's
@@ -267,7 +272,10 @@ struct IqnLoss {
           acc += valid ? lk / static_cast<float>(M * K) : NAN;
         },
         L);
-    Kokkos::single(Kokkos::PerTeam(team), [&]() { loss_sum += w * L / static_cast<float>(B); });
+    Kokkos::single(Kokkos::PerTeam(team), [&]() {
+      loss_sum += w * L / static_cast<float>(B);
+      if (i == 0 && advance.data() != nullptr) advance() += 1;
+    });
   }
 };
 

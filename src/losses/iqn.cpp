@@ -119,7 +119,9 @@ std::optional<FusedRider> IqnTerm::ride_fused(const FusedOptions& options, const
 }
 
 void IqnTerm::enqueue_sample(const ExecSpace& exec) {
-  kernels::iqn_sample(exec, counter_, tau_, cos_, seed_, B_ * N_, static_cast<std::uint64_t>(ctx_.first_sample) * N_);
+  // The loss, which every step runs after the draws, advances the counter.
+  kernels::iqn_sample(exec, counter_, tau_, cos_, seed_, B_ * N_, static_cast<std::uint64_t>(ctx_.first_sample) * N_,
+                      false);
 }
 
 void IqnTerm::enqueue_modulate(const ExecSpace& exec) {
@@ -162,6 +164,7 @@ void IqnTerm::enqueue_loss(const ExecSpace& exec) {
   f.kappa = c.iqn.kappa;
   f.n_tau = N_;
   f.n_tau_target = N_;
+  f.advance = counter_;
   kernels::iqn_loss(exec, f, loss());
 }
 
