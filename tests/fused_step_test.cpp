@@ -1189,6 +1189,39 @@ TEST(FusedC51, AuxiliariesRideTheKernelsPhasesAndTheirGradientsAreTheirLaunchPla
   }
 }
 
+// Where the kernel's parameters have no room for every rider's runs of tiles (four branches: the
+// ensemble and CQL alone would need 131 of the 128), the last riders keep their own launches
+// and the kernel takes no norm; every term's gradient is still its launch plans'.
+TEST(FusedC51, RidersTheKernelHasNoRoomForKeepTheirOwnLaunches) {
+  const auto seed = zs::test::fresh_seed();
+  SCOPED_TRACE(testing::Message() << "seed " << seed);
+  const int B = 9;
+  auto j = with_every_auxiliary(small_net(seed));
+  j["branches"] = {3, 2, 2, 2};
+  const auto c = zs::Config::from_json(j);
+  auto o = fused_options(B, zs::PhasedMode::launches, 0);
+  o.fused.norm_in_backward = true;
+  zs::Trainer fused(c, o), plans(c, plan_options(B));
+  ASSERT_TRUE(fused.fused()) << fused.fused_off_reason();
+  EXPECT_FALSE(fused.norm_in_step());
+  auto none = o;
+  none.fused.auxiliaries_ride = false;
+  EXPECT_GT(fused.fused_kernel()->launches(), zs::Trainer(c, none).fused_kernel()->launches())
+      << "the riders that fit still ride (their losses' launch)";
+  zs::test::step_on_same_batches(fused, plans, 1, seed + 100, [](zs::Trainer& a, zs::Trainer& b) {
+    a.step_direct();
+    b.step_direct();
+  });
+  for (const char* name : {"c51", "iqn", "ensemble", "cql"}) {
+    SCOPED_TRACE(name);
+    const auto want = host_copy(plans.term(name)->grad().flat()), got = host_copy(fused.term(name)->grad().flat());
+    if (!kTf32) EXPECT_LT(max_rel(got, want), 1e-5);
+    double largest = 0;
+    for (float v : got) largest = std::max(largest, std::abs(double(v)));
+    EXPECT_GT(largest, 1e-6) << "every term ran, riding or not";
+  }
+}
+
 TEST(FusedC51, NaNBatchTripsTheGuardAndChangesNothing) {
   const auto seed = zs::test::fresh_seed();
   SCOPED_TRACE(testing::Message() << "seed " << seed);

@@ -20,10 +20,23 @@ C51Term::C51Term(const StepContext& ctx, float budget)
     backward_ = std::make_unique<BackwardPlan>(ctx.net, ctx.online, ctx.batch.states(), ctx.online_acts, g_, grad());
 }
 
-void C51Term::fuse(const std::vector<FusedRider>& riders) {
+std::size_t C51Term::fuse(const std::vector<FusedRider>& riders) {
   require(ctx_.fused != nullptr && !fused_, "C51Term::fuse: ", ctx_.fused ? "called twice" : "no fused options",
           "; expected one call on a term made with the fused step's options");
-  fused_ = std::make_unique<FusedC51>(ctx_, g_, grad(), *ctx_.fused, riders);
+  for (std::size_t n = riders.size();; --n) {
+    FusedOptions options = *ctx_.fused;
+    if (n < riders.size()) options.norm_in_backward = false;
+    try {
+      fused_ = std::make_unique<FusedC51>(ctx_, g_, grad(), options,
+                                          std::vector<FusedRider>(riders.begin(), riders.begin() + n));
+    } catch (const FusedTooLarge&) {
+      if (n == 0) throw;
+      continue;
+    }
+    for (std::size_t i = 0; i < n; ++i)
+      if (riders[i].accepted) riders[i].accepted();
+    return n;
+  }
 }
 
 void c51_loss(const ExecSpace& exec, const Network& net, const Activations& online, const Activations& target,

@@ -30,8 +30,12 @@ class C51Term final : public LossTerm {
   std::vector<std::pair<std::size_t, std::size_t>> gradient_spans() const override {
     return {ctx_.layout.layers_span(0, ctx_.layout.trunk_layers() + ctx_.layout.head_set_layers() - 1)};
   }
-  // Builds the fused kernel (ctx.fused), carrying each rider's backward (FusedC51). Once.
-  void fuse(const std::vector<FusedRider>& riders);
+  // Builds the fused kernel (ctx.fused), carrying each rider's backward (FusedC51). Once. Where
+  // the kernel has no room for every rider (kernels::kFusedMaxItems runs of tiles), the last ones
+  // are left out and keep their own launches; with a rider left out the kernel takes no norm
+  // (FusedOptions::norm_in_backward), which the trainer's norms' launch then needs. Returns how
+  // many riders it took (FusedRider::accepted is called on each).
+  std::size_t fuse(const std::vector<FusedRider>& riders);
   // The fused kernel, nullptr when the term runs launch plans.
   const FusedC51* fused() const { return fused_.get(); }
   FusedC51* fused() { return fused_.get(); }

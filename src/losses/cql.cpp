@@ -18,9 +18,9 @@ void CqlTerm::enqueue(const ExecSpace& exec, const Gemm& gemm) {
 }
 
 std::optional<FusedRider> CqlTerm::ride_fused(const FusedOptions&, const Gemm&) {
-  riding_ = true;
   FusedRider r;
   r.loss = [this](const ExecSpace& exec) { enqueue_loss(exec); };
+  r.accepted = [this] { riding_ = true; };
   r.g = &g_;
   r.grad = &grad();
   return r;

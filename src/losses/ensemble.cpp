@@ -56,12 +56,12 @@ std::optional<FusedRider> EnsembleTerm::ride_fused(const FusedOptions& options, 
   std::vector<DuelingRows> members;
   for (const HeadSetGrads& m : grads_) members.push_back({&ctx_.online, m.set, &m.acts, 0, m.acts.rows});
   dueling_ = dueling_launch(ctx_.net, members);
-  riding_ = true;
   FusedRider r;
   r.loss = [this](const ExecSpace& exec) {
     dueling_(exec);
     enqueue_loss(exec);
   };
+  r.accepted = [this] { riding_ = true; };
   r.g = &g_;
   r.grad = &grad();
   r.head_sets = grads_;

@@ -100,7 +100,6 @@ void IqnTerm::enqueue(const ExecSpace& exec, const Gemm& gemm) {
 }
 
 std::optional<FusedRider> IqnTerm::ride_fused(const FusedOptions& options, const Gemm& gemm) {
-  riding_ = true;
   const bool forward = options.riders_forward && !options.cluster_forward && options.row_block_forward == 0;
   FusedRider r;
   if (!forward)
@@ -112,6 +111,7 @@ std::optional<FusedRider> IqnTerm::ride_fused(const FusedOptions& options, const
     };
   r.loss = [this](const ExecSpace& exec) { enqueue_loss(exec); };
   r.products = [this, forward](FusedBuilder& b, FusedPhase phase, int norm) { add_products(b, phase, forward, norm); };
+  r.accepted = [this] { riding_ = true; };
   r.g = &g_;
   r.grad = &grad();
   r.features_given = true;

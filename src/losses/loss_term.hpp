@@ -95,6 +95,10 @@ struct FusedRider {
   // (FusedBuilder::launch_before(b.phases() − 1, …)). The forward's phases only where the forward is
   // phases (not FusedOptions::cluster_forward or row_block_forward).
   FusedPhaseHook products;
+  // Called once the kernel has taken the rider: from then on the term's enqueue() runs nothing.
+  // A rider the kernel has no room for (C51Term::fuse) is never taken, and its term keeps its own
+  // launches.
+  std::function<void()> accepted;
 };
 
 class LossTerm {
@@ -123,8 +127,9 @@ class LossTerm {
   // Enqueues the term's loss and its gradient into grad() on `exec`: no allocation, no sync.
   virtual void enqueue(const ExecSpace& exec, const Gemm& gemm) = 0;
   // Hands the term's backward to the C51 term's fused kernel of `options`, where the term can give
-  // it one (FusedRider; `gemm`: the step's, for what the rider's loss launches): from then on
-  // enqueue() runs nothing, the kernel runs it all. nullopt: the term keeps its own launches.
+  // it one (FusedRider; `gemm`: the step's, for what the rider's loss launches): once the kernel
+  // takes it (FusedRider::accepted) enqueue() runs nothing, the kernel runs it all. nullopt: the
+  // term keeps its own launches.
   virtual std::optional<FusedRider> ride_fused(const FusedOptions&, const Gemm&) { return std::nullopt; }
   // One statistic of the term's own for the metrics record (name, device scalar), if it has one.
   virtual std::pair<std::string, DeviceScalar<float>> statistic() const { return {}; }

@@ -234,8 +234,9 @@ FusedKernel FusedBuilder::build(FusedProgramOnDevice program, std::size_t scratc
   require(known_shape(options.tile_rows, options.tile_cols, options.tile_stages), "FusedBuilder: tiles of ",
           options.tile_rows, " × ", options.tile_cols, " in ", options.tile_stages,
           " stages (tile_rows × tile_cols, tile_stages); ", kKnownShapes);
-  require(items_.size() <= static_cast<std::size_t>(kernels::kFusedMaxItems), "FusedBuilder: ", items_.size(),
-          " runs of tiles; the kernel's parameters hold at most ", kernels::kFusedMaxItems);
+  if (items_.size() > static_cast<std::size_t>(kernels::kFusedMaxItems))
+    throw FusedTooLarge(str("FusedBuilder: ", items_.size(), " runs of tiles; the kernel's parameters hold at most ",
+                            kernels::kFusedMaxItems));
   const ProductShape shape = product_shape(options.tile_rows, options.tile_cols, options.tile_stages);
   using MS = ExecSpace::memory_space;
   FusedKernel k;

@@ -13,6 +13,7 @@
 #include "backends/grid_barrier.hpp"
 #include "backends/phased_launch.hpp"
 #include "core/config.hpp"
+#include "core/error.hpp"
 #include "kernels/fused_program.hpp"
 
 namespace zs {
@@ -188,6 +189,13 @@ int stages_four_at_a_time(const kernels::ProductOperand& o);
 
 class FusedKernel;
 class FusedBuilder;
+
+// What FusedBuilder::build throws when the phases hold more runs of tiles than the kernel's
+// parameters do (kernels::kFusedMaxItems): a caller may build again with less in it.
+class FusedTooLarge : public Error {
+ public:
+  using Error::Error;
+};
 
 // The phases of the C51 step's kernel where a loss term's own products may join C51's
 // (FusedRider::products): the forward's last trunk layer's, the heads' hidden and output

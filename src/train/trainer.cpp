@@ -98,7 +98,7 @@ Trainer::Trainer(const Config& config, const TrainerOptions& options)
         if (auto r = terms_[i]->ride_fused(options_.fused, gemm_)) riders.push_back(std::move(*r));
       }
     if (riders.size() + 1 != terms_.size()) options_.fused.norm_in_backward = false;
-    c51->fuse(riders);
+    if (c51->fuse(riders) + 1 != terms_.size()) options_.fused.norm_in_backward = false;
   }
   Kokkos::deep_copy(unit_scale_, 1.f);
   if (terms_.size() > 1) applied_ = std::make_unique<ParamBuffer>(layout_, "zs::applied_grad");
@@ -106,7 +106,8 @@ Trainer::Trainer(const Config& config, const TrainerOptions& options)
     spectral_ = std::make_unique<SpectralNorm>(layout_, config_.spectral_norm, config_.seed ^ 0x5eed5eedull);
   if ((options_.group && options_.group->size() > 1) || options_.always_reduce)
     comm_ = make_communicator(options_.group ? *options_.group : ProcessGroup::solo(), stream_);
-  if (auto* c51 = dynamic_cast<C51Term*>(terms_.front().get()); c51 && c51->fused() && c51->fused()->kernel().takes_norm()) {
+  if (auto* c51 = dynamic_cast<C51Term*>(terms_.front().get());
+      c51 && c51->fused() && c51->fused()->kernel().takes_norm() && options_.fused.norm_in_backward) {
     const LossTerm& t = *c51;
     FusedKernel& k = c51->fused()->kernel();
     require(k.norms() == static_cast<int>(terms_.size()), "Trainer: the fused kernel takes ", k.norms(),
