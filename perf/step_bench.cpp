@@ -326,9 +326,9 @@ BENCHMARK(BM_StepAux)->Arg(0)->Arg(1)->Arg(2)->Arg(4)->Arg(7)->UseManualTime()->
 // BM_StepAux's step with the auxiliaries riding the fused kernel's phases: ride 2
 // (FusedOptions::auxiliaries_ride, the default: IQN's own layers products of the forward's and
 // the backward's phases, riders_forward); 1 as 2 with IQN's forward in the riders' launch (cuBLAS;
-// the thirtieth session's default); 3 every rider but IQN; 4 as 2 with the riders' losses split
-// between the main stream and the side lane (losses_beside); 0 none (each term's own launch plans
-// after the kernel). aux: BM_StepAux's mask.
+// the thirtieth session's default); 3 every rider but IQN; 4 as 2 with every rider's loss on the
+// main stream (losses_beside off; on by default since the thirty-first session); 0 none (each
+// term's own launch plans after the kernel). aux: BM_StepAux's mask.
 void BM_StepAuxRide(benchmark::State& state) {
   const zs::Config c = with_auxiliaries(static_cast<int>(state.range(0)));
   zs::TrainerOptions opt;
@@ -337,7 +337,7 @@ void BM_StepAuxRide(benchmark::State& state) {
   opt.fused.auxiliaries_ride = ride != 0;
   opt.fused.riders_forward = ride != 1;
   if (ride == 3) opt.fused.ride_except = {"iqn"};
-  opt.fused.losses_beside = ride == 4;
+  opt.fused.losses_beside = ride != 4;
   time_fused_steps(state, c, opt);
 }
 BENCHMARK(BM_StepAuxRide)

@@ -140,7 +140,9 @@ struct FusedOptions {
   // The riders' losses (independent of each other) split between the main stream and the step's
   // side lane, every other rider on the side, joined before the backward's first phase: their
   // small launches side by side instead of one after another. false: all on the main stream.
-  bool losses_beside = false;
+  // H200, B = 256 (BM_StepAuxRide, thirty-first session): every auxiliary 281.4 µs a step against
+  // 300.7 on the main stream; IQN alone (one rider) 200.6 either way.
+  bool losses_beside = true;
   // Auxiliaries named here keep their own launch plans though they could ride (to measure what
   // each rider gains).
   std::vector<std::string> ride_except;
