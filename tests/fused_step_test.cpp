@@ -1175,8 +1175,9 @@ TEST(FusedC51, AuxiliariesRideTheKernelsPhasesAndTheirGradientsAreTheirLaunchPla
     EXPECT_EQ(forked.fused_kernel()->launches(), first.fused_kernel()->launches() + 1);
     EXPECT_EQ(alone.fused_kernel()->launches(), first.fused_kernel()->launches());
     zs::test::step_on_same_batches(once, once, 1, seed + 100, [](zs::Trainer& a, zs::Trainer&) { a.step_direct(); });
-    if (!kTf32)
+    if (!kTf32) {
       EXPECT_LT(max_rel(host_copy(once.term("iqn")->grad().flat()), host_copy(plans.term("iqn")->grad().flat())), 1e-5);
+    }
     zs::test::step_on_same_batches(first, forked, 4, seed + 200, [](zs::Trainer& a, zs::Trainer& b) {
       a.step();
       b.step();
@@ -1215,7 +1216,9 @@ TEST(FusedC51, RidersTheKernelHasNoRoomForKeepTheirOwnLaunches) {
   for (const char* name : {"c51", "iqn", "ensemble", "cql"}) {
     SCOPED_TRACE(name);
     const auto want = host_copy(plans.term(name)->grad().flat()), got = host_copy(fused.term(name)->grad().flat());
-    if (!kTf32) EXPECT_LT(max_rel(got, want), 1e-5);
+    if (!kTf32) {
+      EXPECT_LT(max_rel(got, want), 1e-5);
+    }
     double largest = 0;
     for (float v : got) largest = std::max(largest, std::abs(double(v)));
     EXPECT_GT(largest, 1e-6) << "every term ran, riding or not";

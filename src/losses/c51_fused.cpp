@@ -18,11 +18,6 @@ using kernels::ProductJob;
 using kernels::ProductOperand;
 using kernels::ProductSegment;
 
-// Operands by how their rows lie in memory: rows of `ld` floats (k-contiguous), or the
-// transpose of such a matrix (element (row, k) at p[k·ld + row]).
-ProductOperand rows_of(const float* p, int ld) { return {p, ld, 1}; }
-ProductOperand columns_of(const float* p, int ld) { return {p, 1, ld}; }
-
 }  // namespace
 
 bool FusedC51::carries_riders(const FusedOptions& o) {

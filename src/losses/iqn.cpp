@@ -202,10 +202,6 @@ void IqnTerm::enqueue_modulate_backward(const ExecSpace& exec, bool through_relu
 }
 
 namespace {
-// Operands by how their rows lie in memory: rows of `ld` floats (k-contiguous), or the transpose
-// of such a matrix (element (row, k) at p[k·ld + row]).
-kernels::ProductOperand rows_of(const float* p, int ld) { return {p, ld, 1}; }
-kernels::ProductOperand columns_of(const float* p, int ld) { return {p, 1, ld}; }
 // The weight gradients reduce over B·N rows (2,048 at B = 256): split into runs of this many k
 // chunks, their tiles are chains as short as the backward's others.
 constexpr int kWeightGradSplitChunks = 8;

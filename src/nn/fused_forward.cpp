@@ -40,9 +40,6 @@ std::vector<Run> runs_of(const std::vector<ForwardPass>& passes, int state_dim) 
   return runs;
 }
 
-// A k-contiguous operand: rows of `ld` floats.
-kernels::ProductOperand rows_of(const float* p, int ld) { return {p, ld, 1}; }
-
 }  // namespace
 
 std::size_t forward_scratch_bytes(const Network& net, const FusedOptions& options) {

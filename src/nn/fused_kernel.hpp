@@ -189,6 +189,11 @@ bool fused_supports(const Config& c, const FusedOptions& options, std::string* r
 // ProductJob::vec by it (every operand of every segment).
 int stages_four_at_a_time(const kernels::ProductOperand& o);
 
+// Product operands by how their rows lie in memory: rows of `ld` floats (k-contiguous), or the
+// transpose of such a matrix (element (row, k) at p[k·ld + row]).
+inline kernels::ProductOperand rows_of(const float* p, int ld) { return {p, ld, 1}; }
+inline kernels::ProductOperand columns_of(const float* p, int ld) { return {p, 1, ld}; }
+
 class FusedKernel;
 class FusedBuilder;
 
