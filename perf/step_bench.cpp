@@ -9,6 +9,7 @@
 
 #include "bench_util.hpp"
 #include "step_setup.hpp"
+#include "nn/fused_kernel.hpp"
 #include "train/trainer.hpp"
 
 namespace {
@@ -52,6 +53,11 @@ void time_fused_steps(benchmark::State& state, const zs::Config& c, const zs::Tr
   state.counters["graph_nodes"] = static_cast<double>(t.graph_nodes());
   state.counters["fused_launches"] = t.fused_kernel()->launches();
   state.counters["norm_in_step"] = t.norm_in_step() ? 1 : 0;
+  // Each phase's tiles: what a phase's waves are made of (a wave is 4 teams a multiprocessor).
+  const zs::FusedKernel& k = *t.fused_kernel();
+  std::string tiles = "tiles";
+  for (int p = 0; p < k.phases(); ++p) tiles += (p == 0 ? " " : "/") + std::to_string(k.tiles(p));
+  state.SetLabel(tiles);
 }
 
 // Args: batch, trunk width, head width, graph (1) or direct (0).
@@ -327,8 +333,10 @@ BENCHMARK(BM_StepAux)->Arg(0)->Arg(1)->Arg(2)->Arg(4)->Arg(7)->UseManualTime()->
 // (FusedOptions::auxiliaries_ride, the default: IQN's own layers products of the forward's and
 // the backward's phases, riders_forward); 1 as 2 with IQN's forward in the riders' launch (cuBLAS;
 // the thirtieth session's default); 3 every rider but IQN; 4 as 2 with every rider's loss on the
-// main stream (losses_beside off; on by default since the thirty-first session); 0 none (each
-// term's own launch plans after the kernel). aux: BM_StepAux's mask.
+// main stream (losses_beside off; on by default since the thirty-first session); 5 as 2 with IQN's
+// weight gradients in the backward's last phase, 6 every rider's (rider_weight_grads_last 1, 2); 0 none (each
+// term's own launch plans after the kernel). aux: BM_StepAux's mask. The label gives each
+// phase's tiles.
 void BM_StepAuxRide(benchmark::State& state) {
   const zs::Config c = with_auxiliaries(static_cast<int>(state.range(0)));
   zs::TrainerOptions opt;
@@ -338,11 +346,12 @@ void BM_StepAuxRide(benchmark::State& state) {
   opt.fused.riders_forward = ride != 1;
   if (ride == 3) opt.fused.ride_except = {"iqn"};
   opt.fused.losses_beside = ride != 4;
+  opt.fused.rider_weight_grads_last = ride >= 5 ? ride - 4 : 0;
   time_fused_steps(state, c, opt);
 }
 BENCHMARK(BM_StepAuxRide)
     ->ArgNames({"aux", "ride"})
-    ->ArgsProduct({{1, 2, 4, 7}, {0, 1, 2, 3, 4}})
+    ->ArgsProduct({{1, 2, 4, 7}, {0, 1, 2, 3, 4, 5, 6}})
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 

@@ -1161,6 +1161,36 @@ TEST(FusedC51, AuxiliariesRideTheKernelsPhasesAndTheirGradientsAreTheirLaunchPla
     EXPECT_TRUE(split_graph.graph_recorded());
     EXPECT_TRUE(zs::test::same_bits(host_copy(graph.online().flat()), host_copy(split_graph.online().flat())));
     EXPECT_TRUE(zs::test::same_bits(host_copy(graph.optimizer().v().flat()), host_copy(split_graph.optimizer().v().flat())));
+    // The riders' weight gradients in the backward's last phase (IQN's, then every rider's): the
+    // same products, so the same gradients bit for bit; the norms add their tiles' squares in
+    // another order, so the parameters only within rounding.
+    for (int last : {1, 2}) {
+      SCOPED_TRACE(testing::Message() << "rider_weight_grads_last " << last);
+      auto late = rides;
+      late.fused.rider_weight_grads_last = last;
+      zs::Trainer late_graph(c, late);
+      const zs::FusedKernel& kl = *late_graph.fused_kernel();
+      ASSERT_EQ(kl.phases(), kr.phases());
+      int tiles = 0, tiles_late = 0;
+      for (int p = 0; p < kr.phases(); ++p) {
+        tiles += kr.tiles(p);
+        tiles_late += kl.tiles(p);
+      }
+      EXPECT_EQ(tiles_late, tiles);
+      const int p_last = kr.phases() - 1;
+      const bool moves = c.iqn.on || (last == 2 && (c.cql.on || c.ensemble.k > 0));
+      EXPECT_EQ(kl.tiles(p_last) > kr.tiles(p_last), moves) << kl.tiles(p_last) << " against " << kr.tiles(p_last);
+      zs::test::step_on_same_batches(late_graph, late_graph, 4, seed + 200,
+                                     [](zs::Trainer& g, zs::Trainer&) { g.step(); });
+      EXPECT_TRUE(late_graph.graph_recorded());
+      for (const char* name : {"c51", "cql", "iqn", "ensemble"}) {
+        if (riding.term(name) == nullptr) continue;
+        SCOPED_TRACE(name);
+        EXPECT_TRUE(zs::test::same_bits(host_copy(graph.term(name)->grad().flat()),
+                                        host_copy(late_graph.term(name)->grad().flat())));
+      }
+      EXPECT_LT(max_rel(host_copy(late_graph.online().flat()), host_copy(graph.online().flat())), 1e-5);
+    }
     if (!c.iqn.on || c.ensemble.k > 0) continue;
     // With riders_forward off, IQN's own forward is FusedRider::ahead: in the riders' launch, or on the side lane beside the head phases
     // (ahead_beside: a launch more, which forks it there), or beside but without a side lane (then

@@ -287,6 +287,10 @@ FusedC51::FusedC51(const StepContext& ctx, Gradients& g, const ParamBuffer& grad
       j.mask_ld = n;
       return j;
     };
+    // A chain's weight gradients in their own phases, or (a rider's, rider_weight_grads_last 2)
+    // all in the last one.
+    const bool last = options.rider_weight_grads_last >= 2;
+    auto here = [&](const Chain& ch) { return !last || &ch == &chains.front(); };
     b.phase();
     for (const Chain& ch : chains)
       for (std::size_t h = 0; h < ch.heads.size(); ++h) {
@@ -294,7 +298,7 @@ FusedC51::FusedC51(const StepContext& ctx, Gradients& g, const ParamBuffer& grad
         const ChainHead& hd = ch.heads[h];
         b.product(dx(H, ch.dz_hidden_of(h, B, H), hd.hidden),
                   d_out_segments(hd, false, columns_of(ctx.online.weight(hd.hidden_layer + 1).data(), H), 0));
-        dw_out(ch, h);
+        if (here(ch)) dw_out(ch, h);
       }
     b.tiles(kernels::FusedTileKind::c51_finish, 1);
     rider_products(b, FusedPhase::backward_out, -1);
@@ -307,7 +311,8 @@ FusedC51::FusedC51(const StepContext& ctx, Gradients& g, const ParamBuffer& grad
         s.push_back({rows_of(ch.dz_hidden_of(h, B, H), H),
                      columns_of(ctx.online.weight(ch.heads[h].hidden_layer).data(), F), H});
       if (!s.empty()) b.product(dx(F, ch.d_trunk[T - 1], online.trunk[T - 1].data()), s);
-      for (std::size_t h = 0; h < ch.heads.size(); ++h) dw_hidden(ch, h);
+      if (here(ch))
+        for (std::size_t h = 0; h < ch.heads.size(); ++h) dw_hidden(ch, h);
     }
     rider_products(b, FusedPhase::backward_hidden, -1);
     for (int i = T - 1; i >= 0; --i) {
@@ -318,10 +323,17 @@ FusedC51::FusedC51(const StepContext& ctx, Gradients& g, const ParamBuffer& grad
           b.product(dx(in, ch.d_trunk[i - 1], online.trunk[i - 1].data()),
                     {{rows_of(ch.d_trunk[i], out), columns_of(ctx.online.weight(i).data(), in), out}});
         }
-        dw_trunk(ch, i);
+        if (here(ch) || i == 0) dw_trunk(ch, i);
       }
       if (i == T - 1) rider_products(b, FusedPhase::backward_trunk, -1);
     }
+    for (const Chain& ch : chains) {
+      if (here(ch)) continue;
+      for (std::size_t h = 0; h < ch.heads.size(); ++h) dw_out(ch, h);
+      for (std::size_t h = 0; h < ch.heads.size(); ++h) dw_hidden(ch, h);
+      for (int i = T - 1; i >= 1; --i) dw_trunk(ch, i);
+    }
+    rider_products(b, FusedPhase::backward_last, -1);
   }
 
   const std::size_t scratch = std::max(

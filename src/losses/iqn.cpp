@@ -110,7 +110,10 @@ std::optional<FusedRider> IqnTerm::ride_fused(const FusedOptions& options, const
         enqueue_forward(main, gemm);
     };
   r.loss = [this](const ExecSpace& exec) { enqueue_loss(exec); };
-  r.products = [this, forward](FusedBuilder& b, FusedPhase phase, int norm) { add_products(b, phase, forward, norm); };
+  const bool last = options.rider_weight_grads_last >= 1;
+  r.products = [this, forward, last](FusedBuilder& b, FusedPhase phase, int norm) {
+    add_products(b, phase, forward, last, norm);
+  };
   r.accepted = [this] { riding_ = true; };
   r.g = &g_;
   r.grad = &grad();
@@ -207,9 +210,32 @@ namespace {
 constexpr int kWeightGradSplitChunks = 8;
 }  // namespace
 
-void IqnTerm::add_products(FusedBuilder& b, FusedPhase phase, bool forward, int norm) {
-  const int R = B_ * N_, here = b.phases() - 1;
+void IqnTerm::weight_grad(FusedBuilder& b, int l, int norm) {
+  // Layer layer_ + l's dW = ∂loss/∂(its output)ᵀ · its input, with its bias's gradient, over the
+  // B·N rows.
+  const std::size_t R = std::size_t(B_) * N_;
+  struct Of {
+    const float* dy;
+    int out;
+    const float* x;
+    int in;
+  };
+  const Of of[3] = {{d_phi_.data(), F_, cos_.data(), E_},
+                    {d_hidden_.data(), H_, online_.h.data(), F_},
+                    {d_out_.data(), A_, online_.hidden.data(), H_}};
+  const Of& o = of[l];
   const ParamBuffer& g = grad();
+  kernels::ProductJob dw;
+  dw.m = o.out;
+  dw.n = o.in;
+  dw.out = g.weight(layer_ + l).data();
+  dw.out_ld = o.in;
+  dw.row_sums = g.bias(layer_ + l).data();
+  b.product(dw, {{columns_of(o.dy, o.out), columns_of(o.x, o.in), static_cast<int>(R)}}, norm, kWeightGradSplitChunks);
+}
+
+void IqnTerm::add_products(FusedBuilder& b, FusedPhase phase, bool forward, bool weight_grads_last, int norm) {
+  const int R = B_ * N_, here = b.phases() - 1;
   const ParamBuffer& on = ctx_.online;
   using kernels::ProductJob;
   auto job = [](int m, int n, float* out, int ld) {
@@ -259,33 +285,27 @@ void IqnTerm::add_products(FusedBuilder& b, FusedPhase phase, bool forward, int 
       return;
     case FusedPhase::backward_out: {
       // iqn.1: dW = d_outᵀ·hidden with its bias's gradient; ∂loss/∂hidden = d_out·W through the ReLU.
-      ProductJob dw = job(A_, H_, g.weight(layer_ + 2).data(), H_);
-      dw.row_sums = g.bias(layer_ + 2).data();
-      b.product(dw, {{columns_of(d_out_.data(), A_), columns_of(online_.hidden.data(), H_), R}}, norm,
-                kWeightGradSplitChunks);
+      if (!weight_grads_last) weight_grad(b, 2, norm);
       ProductJob dx = job(R, H_, d_hidden_.data(), H_);
       dx.mask = online_.hidden.data();
       dx.mask_ld = H_;
       b.product(dx, {{rows_of(d_out_.data(), A_), columns_of(on.weight(layer_ + 2).data(), H_), A_}});
       return;
     }
-    case FusedPhase::backward_hidden: {
-      ProductJob dw = job(H_, F_, g.weight(layer_ + 1).data(), F_);
-      dw.row_sums = g.bias(layer_ + 1).data();
-      b.product(dw, {{columns_of(d_hidden_.data(), H_), columns_of(online_.h.data(), F_), R}}, norm,
-                kWeightGradSplitChunks);
+    case FusedPhase::backward_hidden:
+      if (!weight_grads_last) weight_grad(b, 1, norm);
       b.product(job(R, F_, d_h_.data(), F_),
                 {{rows_of(d_hidden_.data(), H_), columns_of(on.weight(layer_ + 1).data(), F_), H_}});
       return;
-    }
-    case FusedPhase::backward_trunk: {
+    case FusedPhase::backward_trunk:
       // The features' gradient, which this phase's trunk products read, and ∂loss/∂φ first.
       b.launch_before(here, [this](const ExecSpace& exec) { enqueue_modulate_backward(exec, true); });
-      ProductJob dw = job(F_, E_, g.weight(layer_).data(), E_);
-      dw.row_sums = g.bias(layer_).data();
-      b.product(dw, {{columns_of(d_phi_.data(), F_), columns_of(cos_.data(), E_), R}}, norm, kWeightGradSplitChunks);
+      if (!weight_grads_last) weight_grad(b, 0, norm);
       return;
-    }
+    case FusedPhase::backward_last:
+      if (weight_grads_last)
+        for (int l = 2; l >= 0; --l) weight_grad(b, l, norm);
+      return;
   }
 }
 

@@ -57,7 +57,11 @@ class IqnTerm final : public LossTerm {
   void enqueue_modulate_backward(const ExecSpace& exec, bool through_relu);
   // FusedRider::products: the term's layers in the fused kernel's phases (the forward's only when
   // `forward`), its weight gradients counted in `norm`.
-  void add_products(FusedBuilder& b, FusedPhase phase, bool forward, int norm);
+  // (weight_grads_last: its weight gradients in the backward's last phase,
+  // FusedOptions::rider_weight_grads_last.)
+  void add_products(FusedBuilder& b, FusedPhase phase, bool forward, bool weight_grads_last, int norm);
+  // Its layer layer_ + l's weight and bias gradients as a product (split over the B·N rows).
+  void weight_grad(FusedBuilder& b, int l, int norm);
 
   struct Side {
     DeviceFloats phi, h, hidden, out;

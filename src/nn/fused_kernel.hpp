@@ -143,6 +143,13 @@ struct FusedOptions {
   // H200, B = 256 (BM_StepAuxRide, thirty-first session): every auxiliary 281.4 µs a step against
   // 300.7 on the main stream; IQN alone (one rider) 200.6 either way.
   bool losses_beside = true;
+  // Riders' weight gradients in the backward's last phase (the trunk's first layer's: 64 tiles at
+  // B = 256, most of a wave's slots free) instead of the phase after their input gradients:
+  // nothing in the kernel reads them before the norms, and the backward's first three phases
+  // (1,121, 1,472 and 640 tiles with every auxiliary, 528 slots a wave on an H200) lose part
+  // waves. 0: none; 1: the riders' own layers' (IQN's: 448 tiles); 2: every rider's (CQL's and
+  // the ensemble's too). The same bits either way.
+  int rider_weight_grads_last = 0;
   // Auxiliaries named here keep their own launch plans though they could ride (to measure what
   // each rider gains).
   std::vector<std::string> ride_except;
@@ -206,9 +213,11 @@ class FusedTooLarge : public Error {
 
 // The phases of the C51 step's kernel where a loss term's own products may join C51's
 // (FusedRider::products): the forward's last trunk layer's, the heads' hidden and output
-// layers'; the backward's output layers', hidden layers' (the features' gradient) and the last
-// trunk layer's.
-enum class FusedPhase { trunk_last, heads_hidden, heads_out, backward_out, backward_hidden, backward_trunk };
+// layers'; the backward's output layers', hidden layers' (the features' gradient), the last
+// trunk layer's, and its last phase (the first trunk layer's: the same phase as backward_trunk
+// when the trunk has one layer), which weight gradients may join that nothing before the norms
+// reads (FusedOptions::rider_weight_grads_last).
+enum class FusedPhase { trunk_last, heads_hidden, heads_out, backward_out, backward_hidden, backward_trunk, backward_last };
 // Called with the builder in that phase, once C51's products of it are added, and the norm the
 // caller's weight-gradient products count in (FusedBuilder::product's norm; −1 none).
 using FusedPhaseHook = std::function<void(FusedBuilder&, FusedPhase, int norm)>;
