@@ -1191,7 +1191,37 @@ TEST(FusedC51, AuxiliariesRideTheKernelsPhasesAndTheirGradientsAreTheirLaunchPla
       }
       EXPECT_LT(max_rel(host_copy(late_graph.online().flat()), host_copy(graph.online().flat())), 1e-5);
     }
-    if (!c.iqn.on || c.ensemble.k > 0) continue;
+    if (!c.iqn.on) continue;
+    // IQN's τ, embedding and modulation in one launch (rider_embedding_launch): two launches fewer,
+    // no products in the last trunk layer's phase, and still the launch plans' gradient (FP32 on
+    // the CUDA cores where the products rounded to TF32); a graph replays the direct launches' bits.
+    {
+      auto embed = rides;
+      embed.fused.rider_embedding_launch = true;
+      zs::Trainer once(c, embed), graph_e(c, embed), direct_e(c, embed);
+      const zs::FusedKernel& ke = *once.fused_kernel();
+      EXPECT_EQ(ke.launches(), kr.launches() - 1);
+      const int trunk_last = static_cast<int>(c.trunk.size()) - 1;
+      EXPECT_EQ(ke.tiles(trunk_last), ka.tiles(trunk_last));
+      zs::test::step_on_same_batches(once, once, 1, seed + 100, [](zs::Trainer& a, zs::Trainer&) { a.step_direct(); });
+      for (const char* name : {"c51", "iqn"}) {
+        SCOPED_TRACE(name);
+        const auto got = host_copy(once.term(name)->grad().flat()), want = host_copy(plans.term(name)->grad().flat());
+        if (kTf32) {
+          const auto ref = host_copy(plans32.term(name)->grad().flat()), ride = host_copy(riding.term(name)->grad().flat());
+          EXPECT_LT(norm_rel(got, ref), std::max(2e-2, 3 * norm_rel(ride, ref)));
+        } else {
+          EXPECT_LT(max_rel(got, want), 1e-5);
+        }
+      }
+      zs::test::step_on_same_batches(graph_e, direct_e, 4, seed + 200, [](zs::Trainer& g, zs::Trainer& d) {
+        g.step();
+        d.step_direct();
+      });
+      EXPECT_TRUE(graph_e.graph_recorded());
+      EXPECT_TRUE(zs::test::same_bits(host_copy(graph_e.online().flat()), host_copy(direct_e.online().flat())));
+    }
+    if (c.ensemble.k > 0) continue;
     // With riders_forward off, IQN's own forward is FusedRider::ahead: in the riders' launch, or on the side lane beside the head phases
     // (ahead_beside: a launch more, which forks it there), or beside but without a side lane (then
     // in the riders' launch after all); its backward stays products. A gradient still the launch

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "kernels/dense.hpp"
+#include "kernels/iqn_embed.hpp"
 #include "kernels/iqn_quantiles.hpp"
 
 namespace zs {
@@ -110,9 +111,9 @@ std::optional<FusedRider> IqnTerm::ride_fused(const FusedOptions& options, const
         enqueue_forward(main, gemm);
     };
   r.loss = [this](const ExecSpace& exec) { enqueue_loss(exec); };
-  const bool last = options.rider_weight_grads_last >= 1;
-  r.products = [this, forward, last](FusedBuilder& b, FusedPhase phase, int norm) {
-    add_products(b, phase, forward, last, norm);
+  const bool last = options.rider_weight_grads_last >= 1, embed = options.rider_embedding_launch;
+  r.products = [this, forward, last, embed](FusedBuilder& b, FusedPhase phase, int norm) {
+    add_products(b, phase, forward, embed, last, norm);
   };
   r.accepted = [this] { riding_ = true; };
   r.g = &g_;
@@ -136,6 +137,21 @@ void IqnTerm::enqueue_modulate(const ExecSpace& exec) {
                                            as_const(p.bias(layer_)), N_};
   };
   kernels::iqn_modulate<ExecSpace>(exec, of(online_, features, ctx_.online), of(target_, next_features, ctx_.target));
+}
+
+void IqnTerm::enqueue_embed_modulate(const ExecSpace& exec) {
+  const int R = B_ * N_, T = static_cast<int>(ctx_.config.trunk.size());
+  kernels::IqnEmbedModulate<ExecSpace> f;
+  f.sample = {counter_, tau_, cos_, seed_, R, static_cast<std::uint64_t>(ctx_.first_sample) * N_};
+  auto side = [&](Side& s, const Activations& acts, const ParamBuffer& p) {
+    return kernels::IqnEmbedModulate<ExecSpace>::Side{as_const(p.weight(layer_)), as_const(p.bias(layer_)),
+                                                      ConstMatrixView(acts.trunk[T - 1].data(), B_, F_),
+                                                      as_matrix(s.phi, R, F_), as_matrix(s.h, R, F_)};
+  };
+  f.sides[0] = side(online_, ctx_.online_acts, ctx_.online);
+  f.sides[1] = side(target_, ctx_.target_acts, ctx_.target);
+  f.n_tau = N_;
+  kernels::iqn_embed_modulate(exec, f);
 }
 
 void IqnTerm::enqueue_forward(const ExecSpace& exec, const Gemm& gemm) {
@@ -234,7 +250,8 @@ void IqnTerm::weight_grad(FusedBuilder& b, int l, int norm) {
   b.product(dw, {{columns_of(o.dy, o.out), columns_of(o.x, o.in), static_cast<int>(R)}}, norm, kWeightGradSplitChunks);
 }
 
-void IqnTerm::add_products(FusedBuilder& b, FusedPhase phase, bool forward, bool weight_grads_last, int norm) {
+void IqnTerm::add_products(FusedBuilder& b, FusedPhase phase, bool forward, bool embed_launch, bool weight_grads_last,
+                           int norm) {
   const int R = B_ * N_, here = b.phases() - 1;
   const ParamBuffer& on = ctx_.online;
   using kernels::ProductJob;
@@ -259,7 +276,7 @@ void IqnTerm::add_products(FusedBuilder& b, FusedPhase phase, bool forward, bool
       // φ before its bias, as the launch plans' product leaves it for the modulation. Its tiles
       // (short: k is the embedding's 64) fill the slots that the trunk layer's few long tiles
       // leave free.
-      if (!forward) return;
+      if (!forward || embed_launch) return;
       b.launch_before(here, [this](const ExecSpace& exec) { enqueue_sample(exec); });
       for (const SideOf& x : sides)
         b.product(job(R, F_, x.side->phi.data(), F_), {{rows_of(x.cos, E_), rows_of(x.params->weight(layer_).data(), E_), E_}});
@@ -267,7 +284,10 @@ void IqnTerm::add_products(FusedBuilder& b, FusedPhase phase, bool forward, bool
     case FusedPhase::heads_hidden:
       if (!forward) return;
       // The modulation reads the trunk's features, which the phase before wrote.
-      b.launch_before(here, [this](const ExecSpace& exec) { enqueue_modulate(exec); });
+      if (embed_launch)
+        b.launch_before(here, [this](const ExecSpace& exec) { enqueue_embed_modulate(exec); });
+      else
+        b.launch_before(here, [this](const ExecSpace& exec) { enqueue_modulate(exec); });
       for (const SideOf& x : sides) {
         ProductJob j = job(R, H_, x.side->hidden.data(), H_);
         j.bias = x.params->bias(layer_ + 1).data();

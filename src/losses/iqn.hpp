@@ -47,6 +47,9 @@ class IqnTerm final : public LossTerm {
   // τ with its cosine features, and the modulation h = f ⊙ ReLU(φ + b) of both sides.
   void enqueue_sample(const ExecSpace& exec);
   void enqueue_modulate(const ExecSpace& exec);
+  // τ, the cosine embedding and the modulation of both sides in one launch
+  // (FusedOptions::rider_embedding_launch).
+  void enqueue_embed_modulate(const ExecSpace& exec);
   // The quantile Huber loss and ∂loss/∂(the online quantiles).
   void enqueue_loss(const ExecSpace& exec);
   // The backward from ∂loss/∂quantiles down to ∂loss/∂features, the weight gradients forked onto
@@ -57,9 +60,11 @@ class IqnTerm final : public LossTerm {
   void enqueue_modulate_backward(const ExecSpace& exec, bool through_relu);
   // FusedRider::products: the term's layers in the fused kernel's phases (the forward's only when
   // `forward`), its weight gradients counted in `norm`.
-  // (weight_grads_last: its weight gradients in the backward's last phase,
+  // (embed_launch: τ, the embedding and the modulation one launch, FusedOptions::rider_embedding_launch;
+  // weight_grads_last: its weight gradients in the backward's last phase,
   // FusedOptions::rider_weight_grads_last.)
-  void add_products(FusedBuilder& b, FusedPhase phase, bool forward, bool weight_grads_last, int norm);
+  void add_products(FusedBuilder& b, FusedPhase phase, bool forward, bool embed_launch, bool weight_grads_last,
+                    int norm);
   // Its layer layer_ + l's weight and bias gradients as a product (split over the B·N rows).
   void weight_grad(FusedBuilder& b, int l, int norm);
 

@@ -131,6 +131,11 @@ struct FusedOptions {
   // phases either way. false: their forward in the riders' launch (FusedRider::ahead, as in the
   // thirtieth session), with cuBLAS where the backend has it.
   bool riders_forward = true;
+  // With riders_forward, IQN's τ, cosine embedding and modulation as one launch before the heads'
+  // phases (kernels::iqn_embed_modulate: the embedding in FP32 on CUDA cores, a team a block of 16
+  // rows) instead of τ's launch before the last trunk layer's phase, the embedding's 1,024 short
+  // tensor-core tiles in that phase and the modulation's launch.
+  bool rider_embedding_launch = false;
   // Riders' work that needs only the trunk's forward (FusedRider::ahead: IQN's quantile network
   // where its forward is not phases) on the step's side lane beside the head phases and the
   // loss's; false: first in the riders' launch between the loss and the backward. Beside lost on
