@@ -24,6 +24,7 @@
 #include "nn/cluster_forward.hpp"
 #include "kernels/tile_product.hpp"
 #include "losses/c51.hpp"
+#include "losses/ensemble.hpp"
 #include "network_reference.hpp"
 #include "nn/fused_forward.hpp"
 #include "nn/row_block_chain.hpp"
@@ -1190,6 +1191,25 @@ TEST(FusedC51, AuxiliariesRideTheKernelsPhasesAndTheirGradientsAreTheirLaunchPla
                                         host_copy(late_graph.term(name)->grad().flat())));
       }
       EXPECT_LT(max_rel(host_copy(late_graph.online().flat()), host_copy(graph.online().flat())), 1e-5);
+    }
+    if (c.ensemble.k > 0) {
+      // The ensemble's spread beside the backward's phases (monitors_beside): a launch more (its
+      // join), the same bits, and the same spread in the metrics record.
+      auto monitors = rides;
+      monitors.fused.monitors_beside = true;
+      zs::Trainer beside_graph(c, monitors);
+      EXPECT_EQ(beside_graph.fused_kernel()->launches(), kr.launches() + 1);
+      zs::test::step_on_same_batches(beside_graph, beside_graph, 4, seed + 200,
+                                     [](zs::Trainer& g, zs::Trainer&) { g.step(); });
+      EXPECT_TRUE(beside_graph.graph_recorded());
+      EXPECT_TRUE(zs::test::same_bits(host_copy(graph.online().flat()), host_copy(beside_graph.online().flat())));
+      const auto spread = [](const zs::Trainer& t) {
+        float v = 0.f;
+        Kokkos::deep_copy(v, t.term_as<zs::EnsembleTerm>("ensemble")->spread_mean());
+        return v;
+      };
+      EXPECT_EQ(spread(beside_graph), spread(graph));
+      EXPECT_GT(spread(graph), 0.f) << "a spread of zero tests nothing";
     }
     if (!c.iqn.on) continue;
     // IQN's τ, embedding and modulation in one launch (rider_embedding_launch): two launches fewer,

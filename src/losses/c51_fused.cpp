@@ -264,15 +264,25 @@ FusedC51::FusedC51(const StepContext& ctx, Gradients& g, const ParamBuffer& grad
     // The riders' losses read the online net's log-probabilities on s and C51's targets, which the
     // loss's phase writes.
     const SideLane* beside = options.losses_beside && riders.size() > 1 ? ctx.side : nullptr;
+    const bool monitors = std::any_of(riders.begin(), riders.end(), [](const FusedRider& r) { return bool(r.monitor); });
+    const SideLane* monitors_side = options.monitors_beside && monitors ? ctx.side : nullptr;
     if (!riders.empty())
-      b.launch_between([riders, side, ahead, beside](const ExecSpace& exec) {
+      b.launch_between([riders, side, ahead, beside, monitors_side](const ExecSpace& exec) {
         if (ahead && side != nullptr) side->join();
         for (const FusedRider& r : riders)
           if (r.ahead && side == nullptr) r.ahead(exec, nullptr);
         if (beside != nullptr) beside->fork();
-        for (std::size_t i = 0; i < riders.size(); ++i)
-          riders[i].loss(beside != nullptr && i % 2 == 1 ? beside->exec() : exec);
+        for (std::size_t i = 0; i < riders.size(); ++i) {
+          const ExecSpace& lane = beside != nullptr && i % 2 == 1 ? beside->exec() : exec;
+          riders[i].loss(lane);
+          if (riders[i].monitor && monitors_side == nullptr) riders[i].monitor(lane);
+        }
         if (beside != nullptr) beside->join();
+        if (monitors_side != nullptr) {
+          monitors_side->fork();
+          for (const FusedRider& r : riders)
+            if (r.monitor) r.monitor(monitors_side->exec());
+        }
       });
     // Each phase's input gradient feeds the next; each layer's weight gradient shares the phase
     // of the layer below's input gradient. An input gradient: B rows of n columns into out,
@@ -334,6 +344,8 @@ FusedC51::FusedC51(const StepContext& ctx, Gradients& g, const ParamBuffer& grad
       for (int i = T - 1; i >= 1; --i) dw_trunk(ch, i);
     }
     rider_products(b, FusedPhase::backward_last, -1);
+    if (options.monitors_beside && monitors && ctx.side != nullptr)
+      b.launch_between([side = ctx.side](const ExecSpace&) { side->join(); });
   }
 
   const std::size_t scratch = std::max(

@@ -59,8 +59,9 @@ std::optional<FusedRider> EnsembleTerm::ride_fused(const FusedOptions& options, 
   FusedRider r;
   r.loss = [this](const ExecSpace& exec) {
     dueling_(exec);
-    enqueue_loss(exec);
+    enqueue_loss(exec, false);
   };
+  r.monitor = [this](const ExecSpace& exec) { enqueue_spread(exec); };
   r.accepted = [this] { riding_ = true; };
   r.g = &g_;
   r.grad = &grad();
@@ -68,8 +69,7 @@ std::optional<FusedRider> EnsembleTerm::ride_fused(const FusedOptions& options, 
   return r;
 }
 
-void EnsembleTerm::enqueue_loss(const ExecSpace& exec) {
-  const Config& c = ctx_.config;
+void EnsembleTerm::enqueue_loss(const ExecSpace& exec, bool spread) {
   kernels::EnsembleLoss<ExecSpace> f;
   f.logp = logp_;
   f.projected = ctx_.c51.projected;
@@ -79,6 +79,11 @@ void EnsembleTerm::enqueue_loss(const ExecSpace& exec) {
   f.d_branch_out = d_branch_;
   f.table = ctx_.net.table();
   kernels::ensemble_loss(exec, f, loss());
+  if (spread) enqueue_spread(exec);
+}
+
+void EnsembleTerm::enqueue_spread(const ExecSpace& exec) {
+  const Config& c = ctx_.config;
   kernels::EnsembleSpread<ExecSpace> s;
   s.main_logp = ctx_.online_acts.logp;
   s.logp = logp_;

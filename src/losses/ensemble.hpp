@@ -39,7 +39,9 @@ class EnsembleTerm final : public LossTerm {
   DeviceScalar<float> spread_mean() const { return spread_mean_; }
 
  private:
-  void enqueue_loss(const ExecSpace& exec);
+  // The loss and its gradient, then (spread) the spread, which only the metrics record reads.
+  void enqueue_loss(const ExecSpace& exec, bool spread = true);
+  void enqueue_spread(const ExecSpace& exec);
 
   const StepContext& ctx_;
   Gradients g_;

@@ -95,6 +95,11 @@ struct FusedRider {
   // (FusedBuilder::launch_before(b.phases() − 1, …)). The forward's phases only where the forward is
   // phases (not FusedOptions::cluster_forward or row_block_forward).
   FusedPhaseHook products;
+  // Work of the term's own that nothing in the kernel reads (the ensemble's spread, a statistic
+  // for the metrics record), or empty: after the term's loss, on the step's side lane beside the
+  // backward's phases with FusedOptions::monitors_beside (joined after the kernel's last phase),
+  // else right after `loss` on the loss's stream.
+  std::function<void(const ExecSpace&)> monitor;
   // Called once the kernel has taken the rider: from then on the term's enqueue() runs nothing.
   // A rider the kernel has no room for (C51Term::fuse) is never taken, and its term keeps its own
   // launches.

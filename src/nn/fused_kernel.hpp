@@ -148,6 +148,10 @@ struct FusedOptions {
   // H200, B = 256 (BM_StepAuxRide, thirty-first session): every auxiliary 281.4 µs a step against
   // 300.7 on the main stream; IQN alone (one rider) 200.6 either way.
   bool losses_beside = true;
+  // Riders' monitors (FusedRider::monitor: the ensemble's spread) on the step's side lane beside
+  // the backward's phases, joined after the kernel's last phase, instead of after their losses
+  // (where the ensemble's three launches on the side lane were the longer of the two lanes).
+  bool monitors_beside = false;
   // Riders' weight gradients in the backward's last phase (the trunk's first layer's: 64 tiles at
   // B = 256, most of a wave's slots free) instead of the phase after their input gradients:
   // nothing in the kernel reads them before the norms, and the backward's first three phases
