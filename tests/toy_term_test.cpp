@@ -9,13 +9,16 @@
 #include <cstdint>
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "kernels/grad_norm.hpp"
 #include "losses/registry.hpp"
+#include "nn/fused_kernel.hpp"
 #include "same_batches.hpp"
 #include "test_util.hpp"
 #include "train/trainer.hpp"
@@ -193,4 +196,76 @@ TEST(ToyTerm, GraphReplayEqualsDirectLaunchAndTheRegistrationEnds) {
   zs::Trainer after(c, opt);
   EXPECT_EQ(after.terms().size(), 1u);
   EXPECT_EQ(after.term("toy"), nullptr);
+}
+
+namespace {
+// A term that asks to ride the fused kernel with a rider it cannot take: each defect a case.
+enum class RiderDefect { no_loss, no_gradients, wrong_rows, features_and_heads };
+
+class BadRider final : public zs::LossTerm {
+ public:
+  BadRider(const zs::StepContext& ctx, float budget, RiderDefect defect)
+      : LossTerm("bad_rider", budget, ctx),
+        defect_(defect),
+        g_(ctx.config, ctx.batch.size),
+        short_g_(ctx.config, ctx.batch.size + 1),
+        head_(ctx.config, ctx.batch.size) {}
+  void enqueue(const zs::ExecSpace&, const zs::Gemm&) override {}
+  std::optional<zs::FusedRider> ride_fused(const zs::FusedOptions&, const zs::Gemm&) override {
+    zs::FusedRider r;
+    r.loss = [](const zs::ExecSpace&) {};
+    r.g = &g_;
+    r.grad = &grad();
+    switch (defect_) {
+      case RiderDefect::no_loss: r.loss = nullptr; break;
+      case RiderDefect::no_gradients: r.grad = nullptr; break;
+      case RiderDefect::wrong_rows: r.g = &short_g_; break;
+      case RiderDefect::features_and_heads:
+        r.features_given = true;
+        r.head_sets.push_back({zs::HeadSet{}, head_, g_.d_value_out.data(), g_.d_branch_out.data()});
+        break;
+    }
+    return r;
+  }
+  void save_state(zs::safetensors::File&) const override {}
+  void check_state(const zs::safetensors::File&) const override {}
+  void load_state(const zs::safetensors::File&) override {}
+  void reset() override {}
+
+ private:
+  RiderDefect defect_;
+  zs::Gradients g_, short_g_;
+  zs::HeadActs head_;
+};
+}  // namespace
+
+// The fused kernel refuses a rider it cannot carry with a message that says what is missing or
+// wrong, at the trainer's construction, never later in a step.
+TEST(ToyTerm, ARiderTheFusedKernelCannotCarryIsRefusedByName) {
+  const auto seed = zs::test::fresh_seed();
+  auto c = small(seed);
+  c.precision = zs::Precision::tf32;  // what the fused step takes on CUDA
+  zs::TrainerOptions opt;
+  opt.batch_size = 6;
+  opt.fused_step = true;
+  opt.fused.mode = zs::PhasedMode::launches;
+  const std::pair<RiderDefect, const char*> cases[] = {{RiderDefect::no_loss, "without its loss"},
+                                                        {RiderDefect::no_gradients, "gradient buffer"},
+                                                        {RiderDefect::wrong_rows, "7 gradient rows"},
+                                                        {RiderDefect::features_and_heads, "1 head sets and its features' gradient given"}};
+  for (const auto& [defect, says] : cases) {
+    SCOPED_TRACE(says);
+    zs::LossTermRegistration reg({"bad_rider", [](const zs::Config&) { return true; },
+                                  [](const zs::Config&) { return 0.1f; },
+                                  [](const zs::Config&) { return std::vector<zs::LayerShape>{}; },
+                                  [defect = defect](const zs::StepContext& ctx, float budget) {
+                                    return std::make_unique<BadRider>(ctx, budget, defect);
+                                  }});
+    try {
+      zs::Trainer t(c, opt);
+      ADD_FAILURE() << "the trainer took the rider (fused " << t.fused() << ": " << t.fused_off_reason() << ")";
+    } catch (const zs::Error& e) {
+      EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
+    }
+  }
 }
