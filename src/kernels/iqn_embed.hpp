@@ -20,6 +20,8 @@ struct IqnEmbedModulate {
   // A team's rows: their cosines in scratch are read by every feature's thread, and each thread
   // keeps a sum a row.
   static constexpr int kRows = 16;
+  // What a CUDA block gets without opting in to more, less Kokkos' own (as the C51 loss's).
+  static constexpr std::size_t kScratchBudget = 46 * 1024;
   struct Side {
     IqnConstMat<Exec> weight;    // [F, E]: W_emb
     Kokkos::View<const float*, typename Exec::memory_space, Kokkos::MemoryUnmanaged> bias;  // [F]
@@ -30,11 +32,11 @@ struct IqnEmbedModulate {
   Side sides[2];
   int n_tau;
 
-  int teams_per_side() const { return (sample.rows + kRows - 1) / kRows; }
+  KOKKOS_INLINE_FUNCTION int teams_per_side() const { return (sample.rows + kRows - 1) / kRows; }
   KOKKOS_INLINE_FUNCTION static std::size_t scratch_bytes(int embed) { return sizeof(float) * kRows * static_cast<std::size_t>(embed); }
 
   KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
-    const int per_side = (sample.rows + kRows - 1) / kRows;
+    const int per_side = teams_per_side();
     const int s = team.league_rank() / per_side;
     const int r0 = (team.league_rank() % per_side) * kRows;
     const int rows = sample.rows - r0 < kRows ? sample.rows - r0 : kRows;
@@ -91,10 +93,11 @@ void iqn_embed_modulate(const Exec& exec, const IqnEmbedModulate<Exec>& f) {
             "and cosines [2·rows, E]");
   }
   require(f.sides[0].weight.extent(0) == f.sides[1].weight.extent(0) && E >= 1 &&
-              IqnEmbedModulate<Exec>::scratch_bytes(static_cast<int>(E)) <= 46 * 1024,
+              IqnEmbedModulate<Exec>::scratch_bytes(static_cast<int>(E)) <= IqnEmbedModulate<Exec>::kScratchBudget,
           "iqn_embed_modulate: sides of ", f.sides[0].weight.extent(0), " and ", f.sides[1].weight.extent(0),
           " features, embedding of ", E, "; expected the same features and an embedding of 1 to ",
-          46 * 1024 / (sizeof(float) * IqnEmbedModulate<Exec>::kRows), " (a team's cosines in scratch)");
+          IqnEmbedModulate<Exec>::kScratchBudget / (sizeof(float) * IqnEmbedModulate<Exec>::kRows),
+          " (a team's cosines in scratch)");
   constexpr bool host = Kokkos::SpaceAccessibility<Kokkos::HostSpace, typename Exec::memory_space>::accessible;
   const int F = static_cast<int>(f.sides[0].weight.extent(0));
   const int threads = host ? 1 : F >= 256 ? 256 : (F + 31) / 32 * 32;

@@ -344,8 +344,8 @@ FusedC51::FusedC51(const StepContext& ctx, Gradients& g, const ParamBuffer& grad
       for (int i = T - 1; i >= 1; --i) dw_trunk(ch, i);
     }
     rider_products(b, FusedPhase::backward_last, -1);
-    if (options.monitors_beside && monitors && ctx.side != nullptr)
-      b.launch_between([side = ctx.side](const ExecSpace&) { side->join(); });
+    if (monitors_side != nullptr)
+      b.launch_between([monitors_side](const ExecSpace&) { monitors_side->join(); });
   }
 
   const std::size_t scratch = std::max(
