@@ -11,6 +11,7 @@
 #include "backends/backend.hpp"
 #include "backends/then.hpp"
 #include "kernels/adam.hpp"
+#include "kernels/double_sums.hpp"
 #include "kernels/guard_check.hpp"
 #include "kernels/last_team.hpp"
 #include "kernels/term_limits.hpp"
@@ -26,27 +27,66 @@ struct FusedNorm {
   int first[kMaxTerms + 1] = {};
   int phase = -1;  // the phase whose last tile adds them (no counted tile comes later); −1: none
   int* arrived = nullptr;  // tiles of that phase done; the last one resets it for the next launch
+  int at_once = 0;  // FusedOptions::norms_at_once: every norm's slots in one team reduction
   double* out[kMaxTerms] = {};  // ‖gradient t‖₂
   int has_tail = 0;
   Tail tail;
+
+  // Slots a work item of the at-once sum loads before its first add: independent loads in flight
+  // together, where one norm at a time waits on each load and on a reduction a norm.
+  static constexpr int kLoadsAtOnce = 4;
 
   // Called by every tile of `phase` (`tiles` of them), the whole team, after its work.
   KOKKOS_INLINE_FUNCTION void after_tile(const Member& team, int tiles) const {
     if (!finished_last(team, arrived, tiles)) return;
     // Stored by other teams of this launch as well as by earlier phases: past L1.
     const volatile double* const s = squares;
-    for (int t = 0; t < norms; ++t) {
-      const int f = first[t];
-      double total = 0.0;
-      Kokkos::parallel_reduce(
-          Kokkos::TeamVectorRange(team, first[t + 1] - f), [&](const int i, double& acc) { acc += s[f + i]; }, total);
-      Kokkos::single(Kokkos::PerTeam(team), [&]() { *out[t] = ::sqrt(total); });
+    if (at_once) {
+      const DoubleSums<kMaxTerms> total = sum_at_once(team, s);
+      Kokkos::single(Kokkos::PerTeam(team), [&]() {
+        for (int t = 0; t < norms; ++t) *out[t] = ::sqrt(total.s[t]);
+      });
+    } else {
+      for (int t = 0; t < norms; ++t) {
+        const int f = first[t];
+        double total = 0.0;
+        Kokkos::parallel_reduce(
+            Kokkos::TeamVectorRange(team, first[t + 1] - f), [&](const int i, double& acc) { acc += s[f + i]; },
+            total);
+        Kokkos::single(Kokkos::PerTeam(team), [&]() { *out[t] = ::sqrt(total); });
+      }
     }
     // The same thread stored every norm: the tail reads them.
     Kokkos::single(Kokkos::PerTeam(team), [&]() {
       if (has_tail) tail(0);
       *arrived = 0;
     });
+  }
+
+  // Every slot of every norm in one reduction: item w loads slots w, w + items, … (coalesced
+  // across the team), then adds each into its norm's sum. The order depends only on the slots and
+  // the team's shape, so every run gives the same bits.
+  KOKKOS_INLINE_FUNCTION DoubleSums<kMaxTerms> sum_at_once(const Member& team, const volatile double* s) const {
+    const int slots = first[norms];
+    const int items = (slots + kLoadsAtOnce - 1) / kLoadsAtOnce;
+    DoubleSums<kMaxTerms> total{};
+    Kokkos::parallel_reduce(
+        Kokkos::TeamVectorRange(team, items),
+        [&](const int w, DoubleSums<kMaxTerms>& acc) {
+          double v[kLoadsAtOnce];
+          for (int j = 0; j < kLoadsAtOnce; ++j) {
+            const int i = w + j * items;
+            v[j] = i < slots ? s[i] : 0.0;
+          }
+          // Fixed indices into acc (a dynamic one would put it in local memory on a device).
+          for (int j = 0; j < kLoadsAtOnce; ++j) {
+            const int i = w + j * items;
+            for (int t = 0; t < kMaxTerms; ++t)
+              if (t < norms && i >= first[t] && i < first[t + 1]) acc.s[t] += v[j];
+          }
+        },
+        Kokkos::Sum<DoubleSums<kMaxTerms>>(total));
+    return total;
   }
 };
 

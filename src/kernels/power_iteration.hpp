@@ -43,6 +43,7 @@
 #include "backends/backend.hpp"
 #include "core/error.hpp"
 #include "backends/host_copy.hpp"
+#include "kernels/double_sums.hpp"
 #include "kernels/last_team.hpp"
 #include "kernels/math.hpp"
 
@@ -249,16 +250,7 @@ SpectralNormPlan<typename Exec::memory_space> make_spectral_norm_plan(
 // B running sums side by side, added pairwise at the end. On the host one lane walks a whole
 // row or vector, and a single running sum would make every add wait for the previous one.
 template <int B>
-struct SpectralNormSums {
-  double s[B];
-  KOKKOS_INLINE_FUNCTION SpectralNormSums& operator+=(const SpectralNormSums& o) {
-    for (int j = 0; j < B; ++j) s[j] += o.s[j];
-    return *this;
-  }
-  KOKKOS_INLINE_FUNCTION void operator+=(const volatile SpectralNormSums& o) volatile {
-    for (int j = 0; j < B; ++j) s[j] += o.s[j];
-  }
-};
+using SpectralNormSums = DoubleSums<B>;
 
 template <int B>
 KOKKOS_INLINE_FUNCTION void spectral_norm_add(SpectralNormSums<B>& acc, int j, double x) {
@@ -672,13 +664,3 @@ void batched_spectral_norm(const Exec& exec,
 }
 
 }  // namespace zs::kernels
-
-namespace Kokkos {
-// Kokkos::Sum over SpectralNormSums starts from all zeros.
-template <int B>
-struct reduction_identity<zs::kernels::SpectralNormSums<B>> {
-  KOKKOS_FORCEINLINE_FUNCTION static zs::kernels::SpectralNormSums<B> sum() {
-    return zs::kernels::SpectralNormSums<B>{};
-  }
-};
-}  // namespace Kokkos
