@@ -1,5 +1,6 @@
 // The auxiliaries' tail as the trainer runs it: every gradient's norm in one launch
-// (grad_norms) and the budgeted sum in one pass (budget_sum), against naive double loops.
+// (grad_norms) and the budgeted sum in one pass (budget_sum), against naive double loops; the sum
+// as Adam's gradient source (TrainerOptions::budget_in_adam) against the sum's launch, then Adam's.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -8,11 +9,13 @@
 #include <cstdint>
 #include <limits>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "backends/graph.hpp"
 #include "backends/stream.hpp"
 #include "core/error.hpp"
+#include "kernels/adam.hpp"
 #include "kernels/budget_sum.hpp"
 #include "kernels/grad_norm.hpp"
 #include "test_util.hpp"
@@ -249,4 +252,92 @@ TEST(Budget, BadNormAndSumArgumentsAreClearErrors) {
                             {{a.data(), norm.data(), -1.0}});
   });
   EXPECT_NE(msg.find("budget_sum: limit = -1"), std::string::npos) << msg;
+}
+
+// The budgeted sum as Adam's gradient source (TrainerOptions::budget_in_adam) against its own
+// launch followed by Adam on what it wrote (at a unit scale): the same bits of the parameters,
+// moments, target and the kept sum, with each work split and with and without the Polyak target;
+// on a skipped step and before the first prepare (t = 0) the sum is still written and nothing
+// else is.
+TEST(Budget, AdamFormingTheSumIsTheSumsLaunchThenAdamBitForBit) {
+  using zs::kernels::AdamWork;
+  const std::size_t n = 30011;
+  const auto seed = zs::test::fresh_seed();
+  SCOPED_TRACE(testing::Message() << "seed " << seed);
+  zs::Stream stream;
+  Buffers bufs(stream, 4, n, seed);
+  bufs.host[3][(seed / 3) % n] = kNaN;  // a poisoned auxiliary: coefficient 0, adds nothing
+  bufs.dev[3] = zs::test::to_device(bufs.host[3]);
+  bufs.enqueue(stream);
+  std::vector<zs::kernels::BudgetTerm> terms{{bufs.dev[1].data(), bufs.norms[1].data(), 0.5},
+                                             {bufs.dev[2].data(), bufs.norms[2].data(), 1e9},
+                                             {bufs.dev[3].data(), bufs.norms[3].data(), 2.0}};
+  terms[0].begin[0] = 17;
+  terms[0].end[0] = 20000;
+  terms[0].begin[1] = 25000;
+  terms[0].end[1] = 26000;
+  zs::DeviceScalar<float> scale("zs::test::scale"), unit("zs::test::unit"), lr("zs::test::lr");
+  Kokkos::deep_copy(scale, 0.37f);
+  Kokkos::deep_copy(unit, 1.f);
+  Kokkos::deep_copy(lr, 3e-3f);
+  zs::DeviceScalar<int> skip("zs::test::skip");
+  const zs::kernels::AdamHyper hyper;
+  const auto p0 = zs::test::random_normal(n, seed + 10), m0 = zs::test::random_normal(n, seed + 11, 1e-2f),
+             t0 = zs::test::random_normal(n, seed + 13);
+  auto v0 = zs::test::random_normal(n, seed + 12, 1e-3f);
+  for (float& x : v0) x = x * x;
+  struct Run {
+    zs::DeviceFloats p, m, v, t, dst;
+    Kokkos::View<double*, zs::MemSpace> state = zs::kernels::make_adam_state();
+  };
+  auto fresh = [&](int t_steps) {
+    Run r{zs::test::to_device(p0), zs::test::to_device(m0), zs::test::to_device(v0), zs::test::to_device(t0),
+          zs::DeviceFloats("zs::test::dst", n)};
+    Kokkos::deep_copy(r.dst, 12345.f);
+    auto h = Kokkos::create_mirror_view(r.state);
+    h(zs::kernels::kAdamT) = t_steps;
+    h(zs::kernels::kAdamBc1) = 1.0 - std::pow(double(hyper.beta1), t_steps);
+    h(zs::kernels::kAdamBc2) = 1.0 - std::pow(double(hyper.beta2), t_steps);
+    Kokkos::deep_copy(r.state, h);
+    return r;
+  };
+  for (const AdamWork work : {AdamWork::runs, AdamWork::strided})
+    for (const bool polyak : {true, false})
+      for (const int verdict : {0, 1, 2}) {  // 0: applied, 1: skipped, 2: before the first prepare
+        SCOPED_TRACE(testing::Message() << (work == AdamWork::runs ? "runs" : "strided") << ", polyak " << polyak
+                                        << ", verdict " << verdict);
+        Kokkos::deep_copy(skip, verdict == 1 ? 1 : 0);
+        Run apart = fresh(verdict == 2 ? 0 : 3), inside = fresh(verdict == 2 ? 0 : 3);
+        const zs::DeviceFloats no_target;
+        auto sum_of = [&](const Run& r) {
+          return zs::kernels::make_budget_sum<zs::ExecSpace>(r.dst, zs::ConstDeviceFloats(bufs.dev[0]),
+                                                             zs::DeviceScalar<const float>(scale), terms);
+        };
+        auto step = [&](const Run& r, const auto& grad) {
+          const auto f = zs::kernels::make_adam_step<zs::ExecSpace>(
+              "test", r.p, grad, r.m, r.v, Kokkos::View<const double*, zs::MemSpace>(r.state),
+              zs::DeviceScalar<const int>(skip), zs::DeviceScalar<const float>(lr), hyper, polyak ? r.t : no_target,
+              0.25f, polyak, work);
+          Kokkos::parallel_for(zs::kernels::adam_policy(stream.exec(), n, work), f);
+        };
+        zs::kernels::budget_sum(stream.exec(), sum_of(apart));
+        step(apart, zs::kernels::ScaledGrad<zs::ExecSpace>{apart.dst, zs::DeviceScalar<const float>(unit)});
+        step(inside, sum_of(inside));
+        stream.synchronize();
+        const auto dst = zs::test::to_host(inside.dst);
+        EXPECT_TRUE(zs::test::same_bits(zs::test::to_host(apart.dst), dst)) << "the kept sum";
+        EXPECT_NE(dst[n / 2], 12345.f) << "the sum is written whatever the verdict";
+        for (const auto& [name, a, b] : {std::make_tuple("params", apart.p, inside.p), std::make_tuple("m", apart.m, inside.m),
+                                         std::make_tuple("v", apart.v, inside.v),
+                                         std::make_tuple("target", apart.t, inside.t)})
+          EXPECT_TRUE(zs::test::same_bits(zs::test::to_host(a), zs::test::to_host(b))) << name;
+        const auto p = zs::test::to_host(inside.p), t = zs::test::to_host(inside.t);
+        if (verdict == 0) {
+          EXPECT_FALSE(zs::test::same_bits(p, p0)) << "an applied step moves the parameters";
+          EXPECT_EQ(zs::test::same_bits(t, t0), !polyak) << "the target moves with Polyak only";
+        } else {
+          EXPECT_TRUE(zs::test::same_bits(p, p0)) << "nothing else is written";
+          EXPECT_TRUE(zs::test::same_bits(t, t0));
+        }
+      }
 }

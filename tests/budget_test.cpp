@@ -274,3 +274,43 @@ TEST(Budget, GraphReplayEqualsDirectLaunchWithEverythingOn) {
   EXPECT_EQ(mg->term("ensemble")->statistic_name, "spread");
   EXPECT_GT(mg->term("ensemble")->statistic, 0.0);
 }
+
+// TrainerOptions::budget_in_adam: Adam's pass forms the budgeted sum (no launch of its own) and
+// gives the sum's launch's steps bit for bit, from a graph against direct launches, with the
+// Polyak and the hard target update, through a step the guard skips (a NaN reward), where the
+// sum is still kept and nothing moves.
+TEST(Budget, TheSumInsideAdamGivesTheSameStepsAsItsOwnLaunch) {
+  const auto seed = zs::test::fresh_seed();
+  SCOPED_TRACE(testing::Message() << "seed " << seed);
+  for (const int hard : {0, 2}) {
+    SCOPED_TRACE(testing::Message() << "hard_update_every " << hard);
+    auto j = with_aux(step_json(seed), 7);
+    j["hard_update_every"] = hard;
+    const auto c = zs::Config::from_json(j);
+    zs::TrainerOptions inside, apart;
+    inside.batch_size = apart.batch_size = 7;
+    inside.budget_in_adam = true;
+    zs::Trainer in(c, inside), ap(c, apart);
+    for (int s = 0; s < 5; ++s) {
+      SCOPED_TRACE(testing::Message() << "step " << s);
+      auto hb = zs::random_batch(c, 7, seed + 70 + s);
+      if (s == 2) hb.rewards[3] = std::numeric_limits<float>::quiet_NaN();
+      zs::upload(in.stream().exec(), c, hb, in.batch());
+      zs::upload(ap.stream().exec(), c, hb, ap.batch());
+      const auto before = host(in.online().flat());
+      in.step();
+      ap.step_direct();
+      in.synchronize();
+      ap.synchronize();
+      for (auto get : {&zs::Trainer::online, &zs::Trainer::target, &zs::Trainer::applied_grad})
+        EXPECT_TRUE(zs::test::same_bits(host(((&in)->*get)().flat()), host(((&ap)->*get)().flat())));
+      EXPECT_TRUE(zs::test::same_bits(host(in.optimizer().m().flat()), host(ap.optimizer().m().flat())));
+      EXPECT_TRUE(zs::test::same_bits(host(in.optimizer().v().flat()), host(ap.optimizer().v().flat())));
+      const auto m = in.metrics();
+      ASSERT_TRUE(m);
+      EXPECT_EQ(m->halt_nan != 0, s == 2);
+      EXPECT_EQ(zs::test::same_bits(host(in.online().flat()), before), s == 2) << "only the skipped step leaves them";
+    }
+    EXPECT_TRUE(in.graph_recorded());
+  }
+}

@@ -881,8 +881,7 @@ TEST(FusedC51, TheClusterForwardReplaysFromAGraphAndTrainsAsThePhases) {
 // FusedOptions::norm_in_backward: the weight-gradient tiles' squares and the last backward
 // phase's last tile give the norms' launch's norm to double rounding (only the order of the
 // double sums differs), and with it the same verdict, clip scale and update, step after step
-// (the arrival counter resets itself), from a graph and directly, split and unsplit; the norms
-// added one at a time or all at once (FusedOptions::norms_at_once).
+// (the arrival counter resets itself), from a graph and directly, split and unsplit.
 TEST(FusedC51, TheNormInTheLastBackwardPhaseIsTheNormsLaunchs) {
   const auto seed = zs::test::fresh_seed();
   SCOPED_TRACE(testing::Message() << "seed " << seed);
@@ -890,22 +889,17 @@ TEST(FusedC51, TheNormInTheLastBackwardPhaseIsTheNormsLaunchs) {
   struct Variant {
     zs::PhasedMode mode;
     int split_chunks;
-    bool at_once;
   };
   for (const auto& j : {small_net(seed), odd_net(seed)})
-    for (const Variant& v : std::vector<Variant>{{zs::PhasedMode::persistent, 1, false},
-                                                 {zs::PhasedMode::persistent, 0, false},
-                                                 {zs::PhasedMode::launches, 0, false},
-                                                 {zs::PhasedMode::launches, 0, true}}) {
+    for (const Variant& v : std::vector<Variant>{
+             {zs::PhasedMode::persistent, 1}, {zs::PhasedMode::persistent, 0}, {zs::PhasedMode::launches, 0}}) {
       SCOPED_TRACE(testing::Message() << (v.mode == zs::PhasedMode::launches ? "launches" : "persistent")
-                                      << ", split_chunks " << v.split_chunks << ", at once " << v.at_once << ", "
-                                      << j.dump());
+                                      << ", split_chunks " << v.split_chunks << ", " << j.dump());
       auto clipped = j;
       clipped["max_grad_norm"] = 0.01;  // every step clipped: the scale carries the norm
       const auto c = zs::Config::from_json(clipped);
       auto on = fused_options(B, v.mode, v.split_chunks), off = on;
       on.fused.norm_in_backward = true;
-      on.fused.norms_at_once = v.at_once;
       off.fused.norm_in_backward = false;
       zs::Trainer in_step(c, on), apart(c, off);
       ASSERT_TRUE(in_step.fused()) << in_step.fused_off_reason();
@@ -949,15 +943,13 @@ TEST(FusedC51, TheNormInTheLastBackwardPhaseIsTheNormsLaunchs) {
       EXPECT_TRUE(in_step.graph_recorded());
     }
   // Every auxiliary riding: a norm a term from the tiles' squares, each the norms' launch's (and
-  // so the budget's clip of each) to double rounding, step after step, one norm at a time or all
-  // four at once.
+  // so the budget's clip of each) to double rounding, step after step.
   auto every = with_every_auxiliary(small_net(seed));
   every["max_grad_norm"] = 0.01;
   const auto c = zs::Config::from_json(every);
-  for (const bool at_once : {false, true}) {
+  {
     auto on = fused_options(B, zs::PhasedMode::launches, 0), off = on;
     on.fused.norm_in_backward = true;
-    on.fused.norms_at_once = at_once;
     off.fused.norm_in_backward = false;
     zs::Trainer in_step(c, on), apart(c, off);
     ASSERT_TRUE(in_step.norm_in_step());
@@ -965,7 +957,7 @@ TEST(FusedC51, TheNormInTheLastBackwardPhaseIsTheNormsLaunchs) {
     EXPECT_EQ(in_step.fused_kernel()->launches(), apart.fused_kernel()->launches())
         << "the same kernel launches (the norms' own launch is the trainer's, gone from the step)";
     for (int s = 0; s < 3; ++s) {
-      SCOPED_TRACE(testing::Message() << "every auxiliary, at once " << at_once << ", step " << s);
+      SCOPED_TRACE(testing::Message() << "every auxiliary, step " << s);
       const auto hb = zs::random_batch(c, B, seed + 60 + s);
       zs::upload(in_step.stream().exec(), c, hb, in_step.batch());
       zs::upload(apart.stream().exec(), c, hb, apart.batch());

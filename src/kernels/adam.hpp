@@ -71,37 +71,60 @@ KOKKOS_INLINE_FUNCTION std::int64_t adam_strided_items(const std::size_t n) {
   return (static_cast<std::int64_t>(n) + kAdamPerThread - 1) / kAdamPerThread;
 }
 
+// The gradient Adam applies, element by element: grads × grad_scale (the clip scale, read on the
+// device). A source gives its per-launch factors once a work item (factors), each element's
+// gradient from them (at), and, where it also keeps what it gave (kStores), stores it (store).
 template <class Exec>
+struct ScaledGrad {
+  Kokkos::View<const float*, typename Exec::memory_space> grads;
+  Kokkos::View<const float, typename Exec::memory_space> grad_scale;
+  static constexpr bool kStores = false;
+  struct Factors {
+    float s;
+  };
+  KOKKOS_INLINE_FUNCTION Factors factors() const { return {grad_scale()}; }
+  // A zero scale (poisoned norm) means a zero gradient, not 0 × NaN.
+  KOKKOS_INLINE_FUNCTION float at(const Factors& f, const std::int64_t i) const {
+    return f.s == 0.f ? 0.f : grads(i) * f.s;
+  }
+  KOKKOS_INLINE_FUNCTION void store(std::int64_t, float) const {}
+  std::size_t size() const { return grads.extent(0); }
+};
+
+template <class Exec, class Grad = ScaledGrad<Exec>>
 struct AdamPolyakUpdate {
   Kokkos::View<float*, typename Exec::memory_space> params;
-  Kokkos::View<const float*, typename Exec::memory_space> grads;
+  Grad grad;
   Kokkos::View<float*, typename Exec::memory_space> m, v, target;
   Kokkos::View<const double*, typename Exec::memory_space> state;
   Kokkos::View<const int, typename Exec::memory_space> skip;
-  Kokkos::View<const float, typename Exec::memory_space> lr, grad_scale;
+  Kokkos::View<const float, typename Exec::memory_space> lr;
   float beta1, one_minus_beta1, beta2, one_minus_beta2, eps, tau, one_minus_tau;
   bool polyak = true;  // false: the target is left alone (a hard update copies it every N steps)
   AdamWork work = adam_default_work<Exec>();
 
   KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t item) const {
-    if (skip() != 0) return;
-    const double bc1 = state(kAdamBc1);
-    // bc1 is 0 only before the first adam_prepare; updating then would divide by zero.
-    if (bc1 == 0.0) return;
-    // As torch: step_size and sqrt(bc2) are scalars in double, the elementwise work in float.
-    const float step_size = static_cast<float>(static_cast<double>(lr()) / bc1);
-    const float bc2_sqrt = static_cast<float>(::sqrt(state(kAdamBc2)));
-    // The clip scale is fused in here, so clipping needs no pass of its own. A zero scale
-    // (poisoned norm) means a zero gradient, not 0 × NaN.
-    const float s = grad_scale();
-    const bool zero_grad = s == 0.f;
+    // bc1 is 0 only before the first adam_prepare; updating then would divide by zero. A source
+    // that keeps its gradient (the budgeted sum) stores it on those steps too.
+    const bool apply = skip() == 0 && state(kAdamBc1) != 0.0;
+    if (!apply && !Grad::kStores) return;
+    const typename Grad::Factors f = grad.factors();
     const std::int64_t n = static_cast<std::int64_t>(params.extent(0));
+    if (!apply) {
+      store_only(item, f, n);
+      return;
+    }
+    // As torch: step_size and sqrt(bc2) are scalars in double, the elementwise work in float.
+    const float step_size = static_cast<float>(static_cast<double>(lr()) / state(kAdamBc1));
+    const float bc2_sqrt = static_cast<float>(::sqrt(state(kAdamBc2)));
     if (work == AdamWork::runs) {
       std::int64_t begin, end;
       detail::flat_range<Exec>(item, params.extent(0), begin, end);
       for (std::int64_t i = begin; i < end; ++i) {
+        const float g = grad.at(f, i);
         float mi = m(i), vi = v(i), p = params(i), t = polyak ? target(i) : 0.f;
-        update(zero_grad ? 0.f : grads(i) * s, step_size, bc2_sqrt, mi, vi, p, t);
+        update(g, step_size, bc2_sqrt, mi, vi, p, t);
+        grad.store(i, g);
         m(i) = mi;
         v(i) = vi;
         params(i) = p;
@@ -117,7 +140,7 @@ struct AdamPolyakUpdate {
     for (int u = 0; u < kAdamPerThread; ++u) {
       const std::int64_t i = item + u * items;
       const bool in = i < n;
-      g[u] = in && !zero_grad ? grads(i) * s : 0.f;
+      g[u] = in ? grad.at(f, i) : 0.f;
       mi[u] = in ? m(i) : 0.f;
       vi[u] = in ? v(i) : 0.f;
       p[u] = in ? params(i) : 0.f;
@@ -127,10 +150,32 @@ struct AdamPolyakUpdate {
       const std::int64_t i = item + u * items;
       if (i >= n) break;
       update(g[u], step_size, bc2_sqrt, mi[u], vi[u], p[u], t[u]);
+      grad.store(i, g[u]);
       m(i) = mi[u];
       v(i) = vi[u];
       params(i) = p[u];
       if (polyak) target(i) = t[u];
+    }
+  }
+
+  // The item's elements' gradients alone, where no update applies.
+  KOKKOS_INLINE_FUNCTION void store_only(const std::int64_t item, const typename Grad::Factors& f,
+                                         const std::int64_t n) const {
+    if (work == AdamWork::runs) {
+      std::int64_t begin, end;
+      detail::flat_range<Exec>(item, params.extent(0), begin, end);
+      for (std::int64_t i = begin; i < end; ++i) grad.store(i, grad.at(f, i));
+      return;
+    }
+    const std::int64_t items = adam_strided_items(params.extent(0));
+    float g[kAdamPerThread];
+    for (int u = 0; u < kAdamPerThread; ++u) {
+      const std::int64_t i = item + u * items;
+      g[u] = i < n ? grad.at(f, i) : 0.f;
+    }
+    for (int u = 0; u < kAdamPerThread; ++u) {
+      const std::int64_t i = item + u * items;
+      if (i < n) grad.store(i, g[u]);
     }
   }
 
@@ -204,6 +249,38 @@ void adam_prepare(const Exec& exec, Kokkos::View<double*, typename Exec::memory_
                        make_adam_prepare<Exec>(state, skip, norm, scale, limit, hyper));
 }
 
+// The elementwise step's functor over `grad` (a gradient source: ScaledGrad, or BudgetSum for the
+// auxiliaries' budgeted sum), its arguments checked; `who` names the caller in errors. With
+// polyak false the target is neither read nor written (it may be empty).
+template <class Exec, class Grad>
+AdamPolyakUpdate<Exec, Grad> make_adam_step(const char* who, Kokkos::View<float*, typename Exec::memory_space> params,
+                                            const Grad& grad, Kokkos::View<float*, typename Exec::memory_space> m,
+                                            Kokkos::View<float*, typename Exec::memory_space> v,
+                                            Kokkos::View<const double*, typename Exec::memory_space> state,
+                                            Kokkos::View<const int, typename Exec::memory_space> skip,
+                                            Kokkos::View<const float, typename Exec::memory_space> lr,
+                                            const AdamHyper& hyper, Kokkos::View<float*, typename Exec::memory_space> target,
+                                            const float tau, const bool polyak, const AdamWork work) {
+  const std::size_t n = params.extent(0);
+  require(n > 0, who, ": the parameter buffer is empty (0 elements); expected at least 1");
+  const std::size_t t_n = polyak ? target.extent(0) : n;
+  require(grad.size() == n && m.extent(0) == n && v.extent(0) == n && t_n == n, who, ": params has ", n,
+          " elements but grads has ", grad.size(), ", m has ", m.extent(0), ", v has ", v.extent(0),
+          polyak ? str(" and target has ", target.extent(0)) : std::string(), "; expected all of them to have ", n);
+  detail::check_adam_state(who, state);
+  detail::check_adam_hyper(who, hyper);
+  require(!polyak || (std::isfinite(tau) && tau >= 0.f && tau <= 1.f), who, ": tau = ", tau,
+          " is invalid; expected a value in [0, 1]");
+  // 1 − β and 1 − τ computed in double then rounded once, as torch passes β.
+  const auto one_minus = [](float b) { return static_cast<float>(1.0 - static_cast<double>(b)); };
+  return AdamPolyakUpdate<Exec, Grad>{params,       grad,        m,           v,
+                                      target,       state,       skip,        lr,
+                                      hyper.beta1,  one_minus(hyper.beta1),   hyper.beta2,
+                                      one_minus(hyper.beta2),    hyper.eps,   polyak ? tau : 0.f,
+                                      polyak ? one_minus(tau) : 1.f,          polyak,
+                                      work};
+}
+
 // Enqueues the elementwise Adam step on the flat buffers with g = grads × grad_scale (the clip
 // scale), then target = (1 − τ)·target + τ·params with the updated params. With `skip` set
 // nothing is written, target included. lr and grad_scale are read on the device, so a schedule
@@ -220,23 +297,10 @@ void adam_polyak_update(const Exec& exec, Kokkos::View<float*, typename Exec::me
                         Kokkos::View<const float, typename Exec::memory_space> grad_scale,
                         const AdamHyper& hyper, Kokkos::View<float*, typename Exec::memory_space> target,
                         const float tau, const AdamWork work = adam_default_work<Exec>()) {
-  const std::size_t n = params.extent(0);
-  require(n > 0, "adam_polyak_update: the parameter buffer is empty (0 elements); expected at least 1");
-  require(grads.extent(0) == n && m.extent(0) == n && v.extent(0) == n && target.extent(0) == n,
-          "adam_polyak_update: params has ", n, " elements but grads has ", grads.extent(0), ", m has ",
-          m.extent(0), ", v has ", v.extent(0), " and target has ", target.extent(0),
-          "; expected all five to have ", n);
-  detail::check_adam_state("adam_polyak_update", state);
-  detail::check_adam_hyper("adam_polyak_update", hyper);
-  require(std::isfinite(tau) && tau >= 0.f && tau <= 1.f, "adam_polyak_update: tau = ", tau,
-          " is invalid; expected a value in [0, 1]");
-  // 1 − β and 1 − τ computed in double then rounded once, as torch passes β.
-  const auto one_minus = [](float b) { return static_cast<float>(1.0 - static_cast<double>(b)); };
-  Kokkos::parallel_for(
-      "zs::adam_polyak_update", adam_policy(exec, n, work),
-      AfterPriorGrids<AdamPolyakUpdate<Exec>>({params, grads, m, v, target, state, skip, lr, grad_scale, hyper.beta1,
-                                               one_minus(hyper.beta1), hyper.beta2, one_minus(hyper.beta2), hyper.eps,
-                                               tau, one_minus(tau), true, work}));
+  const auto f = make_adam_step<Exec>("adam_polyak_update", params, ScaledGrad<Exec>{grads, grad_scale}, m, v, state,
+                                      skip, lr, hyper, target, tau, true, work);
+  Kokkos::parallel_for("zs::adam_polyak_update", adam_policy(exec, params.extent(0), work),
+                       AfterPriorGrids<AdamPolyakUpdate<Exec>>(f));
 }
 
 // The same Adam step without a target update (the target then moves by hard_update).
@@ -249,18 +313,10 @@ void adam_update(const Exec& exec, Kokkos::View<float*, typename Exec::memory_sp
                  Kokkos::View<const float, typename Exec::memory_space> lr,
                  Kokkos::View<const float, typename Exec::memory_space> grad_scale, const AdamHyper& hyper,
                  const AdamWork work = adam_default_work<Exec>()) {
-  const std::size_t n = params.extent(0);
-  require(n > 0, "adam_update: the parameter buffer is empty (0 elements); expected at least 1");
-  require(grads.extent(0) == n && m.extent(0) == n && v.extent(0) == n, "adam_update: params has ", n,
-          " elements but grads has ", grads.extent(0), ", m has ", m.extent(0), " and v has ", v.extent(0),
-          "; expected all four to have ", n);
-  detail::check_adam_state("adam_update", state);
-  detail::check_adam_hyper("adam_update", hyper);
-  const auto one_minus = [](float b) { return static_cast<float>(1.0 - static_cast<double>(b)); };
-  Kokkos::parallel_for("zs::adam_update", adam_policy(exec, n, work),
-                       AdamPolyakUpdate<Exec>{params, grads, m, v, Kokkos::View<float*, typename Exec::memory_space>(),
-                                              state, skip, lr, grad_scale, hyper.beta1, one_minus(hyper.beta1),
-                                              hyper.beta2, one_minus(hyper.beta2), hyper.eps, 0.f, 1.f, false, work});
+  Kokkos::parallel_for("zs::adam_update", adam_policy(exec, params.extent(0), work),
+                       make_adam_step<Exec>("adam_update", params, ScaledGrad<Exec>{grads, grad_scale}, m, v, state,
+                                            skip, lr, hyper, Kokkos::View<float*, typename Exec::memory_space>(),
+                                            0.f, false, work));
 }
 
 }  // namespace zs::kernels

@@ -27,6 +27,8 @@ struct BudgetTerm {
   std::int64_t begin[2] = {0, 0}, end[2] = {-1, 0};
 };
 
+// Also a gradient source of Adam's step (kernels/adam.hpp: factors, at, store): Adam then forms
+// the sum element by element, keeping it in dst, with no pass of its own.
 template <class Exec>
 struct BudgetSum {
   using MS = typename Exec::memory_space;
@@ -36,31 +38,47 @@ struct BudgetSum {
   BudgetTerm aux[kMaxAuxiliaries];
   int n_aux = 0;
 
+  static constexpr bool kStores = true;
+  struct Factors {
+    float s;
+    float sa[kMaxAuxiliaries];
+  };
+
   KOKKOS_INLINE_FUNCTION static bool holds(const BudgetTerm& t, std::int64_t i) {
     return t.end[0] < 0 || (i >= t.begin[0] && i < t.end[0]) || (i >= t.begin[1] && i < t.end[1]);
   }
 
+  KOKKOS_INLINE_FUNCTION Factors factors() const {
+    Factors f;
+    f.s = scale();
+    for (int b = 0; b < n_aux; ++b) f.sa[b] = static_cast<float>(clip_coefficient(*aux[b].norm, aux[b].limit));
+    return f;
+  }
+  // A zero coefficient (poisoned auxiliary, or a zero budget) adds nothing at all.
+  KOKKOS_INLINE_FUNCTION float at(const Factors& f, const std::int64_t i) const {
+    float v = f.s == 0.f ? 0.f : f.s * c51(i);  // 0 × NaN would be NaN
+    for (int b = 0; b < n_aux; ++b)
+      if (f.sa[b] != 0.f && holds(aux[b], i)) v += f.sa[b] * aux[b].grad[i];
+    return v;
+  }
+  KOKKOS_INLINE_FUNCTION void store(const std::int64_t i, const float v) const { dst(i) = v; }
+  std::size_t size() const { return dst.extent(0); }
+
   KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t item) const {
-    const float s = scale();
-    float sa[kMaxAuxiliaries];
-    // A zero coefficient (poisoned auxiliary, or a zero budget) adds nothing at all.
-    for (int b = 0; b < n_aux; ++b) sa[b] = static_cast<float>(clip_coefficient(*aux[b].norm, aux[b].limit));
+    const Factors f = factors();
     std::int64_t begin, end;
     detail::flat_range<Exec>(item, dst.extent(0), begin, end);
-    for (std::int64_t i = begin; i < end; ++i) {
-      float v = s == 0.f ? 0.f : s * c51(i);  // 0 × NaN would be NaN
-      for (int b = 0; b < n_aux; ++b)
-        if (sa[b] != 0.f && holds(aux[b], i)) v += sa[b] * aux[b].grad[i];
-      dst(i) = v;
-    }
+    for (std::int64_t i = begin; i < end; ++i) store(i, at(f, i));
   }
 };
 
-// Enqueues dst = scale·c51 + the clipped auxiliaries. Every buffer has dst's length.
+// The sum's functor, its arguments checked: dst = scale·c51 + the clipped auxiliaries. Every
+// buffer has dst's length.
 template <class Exec>
-void budget_sum(const Exec& exec, Kokkos::View<float*, typename Exec::memory_space> dst,
-                Kokkos::View<const float*, typename Exec::memory_space> c51,
-                Kokkos::View<const float, typename Exec::memory_space> scale, const std::vector<BudgetTerm>& aux) {
+BudgetSum<Exec> make_budget_sum(Kokkos::View<float*, typename Exec::memory_space> dst,
+                                Kokkos::View<const float*, typename Exec::memory_space> c51,
+                                Kokkos::View<const float, typename Exec::memory_space> scale,
+                                const std::vector<BudgetTerm>& aux) {
   require(dst.extent(0) == c51.extent(0) && dst.extent(0) > 0, "budget_sum: dst has ", dst.extent(0),
           " elements and the C51 gradient ", c51.extent(0), "; expected the same length, at least 1");
   require(aux.size() <= static_cast<std::size_t>(kMaxAuxiliaries), "budget_sum: ", aux.size(),
@@ -77,7 +95,21 @@ void budget_sum(const Exec& exec, Kokkos::View<float*, typename Exec::memory_spa
     detail::check_limit("budget_sum", static_cast<float>(aux[b].limit));
     f.aux[b] = aux[b];
   }
-  Kokkos::parallel_for("zs::budget_sum", detail::flat_policy(exec, dst.extent(0)), f);
+  return f;
+}
+
+// Enqueues the sum (a make_budget_sum functor) as a launch of its own.
+template <class Exec>
+void budget_sum(const Exec& exec, const BudgetSum<Exec>& sum) {
+  Kokkos::parallel_for("zs::budget_sum", detail::flat_policy(exec, sum.dst.extent(0)), sum);
+}
+
+// Enqueues dst = scale·c51 + the clipped auxiliaries.
+template <class Exec>
+void budget_sum(const Exec& exec, Kokkos::View<float*, typename Exec::memory_space> dst,
+                Kokkos::View<const float*, typename Exec::memory_space> c51,
+                Kokkos::View<const float, typename Exec::memory_space> scale, const std::vector<BudgetTerm>& aux) {
+  budget_sum(exec, make_budget_sum<Exec>(dst, c51, scale, aux));
 }
 
 }  // namespace zs::kernels

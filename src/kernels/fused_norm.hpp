@@ -1,6 +1,6 @@
 // The gradient norms inside the fused step (FusedOptions::norm_in_backward): each tile that writes
 // a piece of a gradient also stores its Σ v² (ProductJob::squares), and the tile of the last
-// backward phase that finishes last adds each gradient's in slot order, takes the roots and runs
+// backward phase that finishes last adds every gradient's in one team reduction, takes the roots and runs
 // what reads the first norm next (the guard's verdict, then Adam's t and clip scale): no launch of
 // its own over the gradients. Norm 0 is C51's; with riders, norm t is the t-th rider's
 // (LossTerm::ride_fused). Slot order is fixed, so each norm is the same bits every run; it
@@ -27,13 +27,11 @@ struct FusedNorm {
   int first[kMaxTerms + 1] = {};
   int phase = -1;  // the phase whose last tile adds them (no counted tile comes later); −1: none
   int* arrived = nullptr;  // tiles of that phase done; the last one resets it for the next launch
-  int at_once = 0;  // FusedOptions::norms_at_once: every norm's slots in one team reduction
   double* out[kMaxTerms] = {};  // ‖gradient t‖₂
   int has_tail = 0;
   Tail tail;
 
-  // Slots a work item of the at-once sum loads before its first add: independent loads in flight
-  // together, where one norm at a time waits on each load and on a reduction a norm.
+  // Slots a work item of the sum loads before its first add: independent loads in flight together.
   static constexpr int kLoadsAtOnce = 4;
 
   // Called by every tile of `phase` (`tiles` of them), the whole team, after its work.
@@ -41,32 +39,22 @@ struct FusedNorm {
     if (!finished_last(team, arrived, tiles)) return;
     // Stored by other teams of this launch as well as by earlier phases: past L1.
     const volatile double* const s = squares;
-    if (at_once) {
-      const DoubleSums<kMaxTerms> total = sum_at_once(team, s);
-      Kokkos::single(Kokkos::PerTeam(team), [&]() {
-        for (int t = 0; t < norms; ++t) *out[t] = ::sqrt(total.s[t]);
-      });
-    } else {
-      for (int t = 0; t < norms; ++t) {
-        const int f = first[t];
-        double total = 0.0;
-        Kokkos::parallel_reduce(
-            Kokkos::TeamVectorRange(team, first[t + 1] - f), [&](const int i, double& acc) { acc += s[f + i]; },
-            total);
-        Kokkos::single(Kokkos::PerTeam(team), [&]() { *out[t] = ::sqrt(total); });
-      }
-    }
-    // The same thread stored every norm: the tail reads them.
+    const DoubleSums<kMaxTerms> total = sum_all(team, s);
+    // The same thread stores every norm and runs the tail, which reads them.
     Kokkos::single(Kokkos::PerTeam(team), [&]() {
+      for (int t = 0; t < norms; ++t) *out[t] = ::sqrt(total.s[t]);
       if (has_tail) tail(0);
       *arrived = 0;
     });
   }
 
-  // Every slot of every norm in one reduction: item w loads slots w, w + items, … (coalesced
+  // Every slot of every norm in one team reduction: item w loads slots w, w + items, … (coalesced
   // across the team), then adds each into its norm's sum. The order depends only on the slots and
-  // the team's shape, so every run gives the same bits.
-  KOKKOS_INLINE_FUNCTION DoubleSums<kMaxTerms> sum_at_once(const Member& team, const volatile double* s) const {
+  // the team's shape, so every run gives the same bits. One reduction, not one a norm: Kokkos
+  // 3.4's CUDA team reduction ends without a barrier, so a second one right after it could
+  // overwrite its shared slots while a slow warp still reads them (compute-sanitizer's racecheck
+  // found that in the norm-by-norm loop this replaced).
+  KOKKOS_INLINE_FUNCTION DoubleSums<kMaxTerms> sum_all(const Member& team, const volatile double* s) const {
     const int slots = first[norms];
     const int items = (slots + kLoadsAtOnce - 1) / kLoadsAtOnce;
     DoubleSums<kMaxTerms> total{};

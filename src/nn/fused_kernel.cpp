@@ -309,7 +309,6 @@ FusedKernel FusedBuilder::build(FusedProgramOnDevice program, std::size_t scratc
         }
       program.norm.squares = k.squares_.data();
       program.norm.norms = norms;
-      program.norm.at_once = options.norms_at_once ? 1 : 0;
       for (int t = 0; t <= norms; ++t) program.norm.first[t] = static_cast<int>(first[static_cast<std::size_t>(t)]);
       program.norm.arrived = k.arrived_.data();
       for (int t = 0; t < norms; ++t) program.norm.out[t] = k.norms_[static_cast<std::size_t>(t)].data();

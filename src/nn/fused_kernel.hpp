@@ -98,12 +98,6 @@ struct FusedOptions {
   // kernel time in the H200's B = 256 step, Nsight). On an H100 (BM_StepFusedNorm, 2026-12-05):
   // B = 256 103.7 µs a step against 108.9, B = 64 80.4 against 85.9.
   bool norm_in_backward = true;
-  // With norm_in_backward and several norms (the riders'), the last tile adds every norm's slots
-  // in one team reduction, each work item's loads in flight together, instead of a reduction a
-  // norm, one after another (the last backward phase took 21.6 µs with every auxiliary on the
-  // H200, thirty-first session, against about 9 for its tiles alone). Another order of the
-  // double sums: the norms differ in their last bits.
-  bool norms_at_once = false;
   // The C51 step's forward (every layer of the three passes, not the dueling head, which the loss
   // forms) as one row-block launch before the fused kernel (nn/row_block_forward.hpp, a team a
   // block of this many rows: 16 or 32) instead of its product phases; 0: the phases. Needs

@@ -63,6 +63,23 @@ void Optimizer::update(const ExecSpace& exec, const ParamBuffer& params, const P
                        std::int64_t{config_.hard_update_every});
 }
 
+void Optimizer::update_budgeted(const ExecSpace& exec, const ParamBuffer& params,
+                                const kernels::BudgetSum<ExecSpace>& grad, Kokkos::View<const int, MemSpace> skip,
+                                const ParamBuffer& target) const {
+  const Kokkos::View<const double*, MemSpace> state(state_);
+  const bool polyak = config_.hard_update_every == 0;
+  const auto work = kernels::adam_default_work<ExecSpace>();
+  const auto f = kernels::make_adam_step<ExecSpace>("adam_budgeted_update", params.flat(), grad, m_.flat(), v_.flat(),
+                                                    state, skip, DeviceScalar<const float>(lr_), hyper_,
+                                                    polyak ? target.flat() : Kokkos::View<float*, MemSpace>(),
+                                                    config_.tau, polyak, work);
+  Kokkos::parallel_for("zs::adam_budgeted_update", kernels::adam_policy(exec, params.flat().extent(0), work),
+                       AfterPriorGrids<kernels::AdamPolyakUpdate<ExecSpace, kernels::BudgetSum<ExecSpace>>>(f));
+  if (polyak) return;
+  kernels::hard_update(exec, target.flat(), ConstDeviceFloats(params.flat()), state, skip,
+                       std::int64_t{config_.hard_update_every});
+}
+
 void Optimizer::save_state(safetensors::File& f) const {
   for (const auto& [prefix, buf] : {std::make_pair("adam_m.", &m_), std::make_pair("adam_v.", &v_)})
     for (const auto& t : layout_.tensors())

@@ -9,6 +9,7 @@
 #include "core/config.hpp"
 #include "core/safetensors.hpp"
 #include "kernels/adam.hpp"
+#include "kernels/budget_sum.hpp"
 #include "nn/param_buffer.hpp"
 
 namespace zs {
@@ -29,6 +30,10 @@ class Optimizer {
   void update(const ExecSpace& exec, const ParamBuffer& params, const ParamBuffer& grad,
               Kokkos::View<const float, MemSpace> scale, Kokkos::View<const int, MemSpace> skip,
               const ParamBuffer& target) const;
+  // The same step on the budgeted sum of the terms' gradients (kernels::BudgetSum), which Adam's
+  // pass forms element by element and keeps in the sum's buffer, skipped step or not.
+  void update_budgeted(const ExecSpace& exec, const ParamBuffer& params, const kernels::BudgetSum<ExecSpace>& grad,
+                       Kokkos::View<const int, MemSpace> skip, const ParamBuffer& target) const;
 
   DeviceScalar<float> lr() const { return lr_; }
   DeviceScalar<float> clip_scale() const { return clip_scale_; }

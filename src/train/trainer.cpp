@@ -258,9 +258,15 @@ void Trainer::enqueue_phase(Phase phase) {
           }
           auxiliaries.push_back(b);
         }
-        kernels::budget_sum(exec, applied_->flat(), ConstDeviceFloats(c51.grad().flat()),
-                            DeviceScalar<const float>(optimizer_.clip_scale()), auxiliaries);
-        optimizer_.update(exec, online_, *applied_, unit_scale_, guard_.skip_flag(), target_);
+        const auto sum = kernels::make_budget_sum<ExecSpace>(
+            applied_->flat(), ConstDeviceFloats(c51.grad().flat()), DeviceScalar<const float>(optimizer_.clip_scale()),
+            auxiliaries);
+        if (options_.budget_in_adam) {
+          optimizer_.update_budgeted(exec, online_, sum, guard_.skip_flag(), target_);
+        } else {
+          kernels::budget_sum(exec, sum);
+          optimizer_.update(exec, online_, *applied_, unit_scale_, guard_.skip_flag(), target_);
+        }
       }
       if (posts_beside()) side_->join();
       break;

@@ -67,6 +67,12 @@ struct TrainerOptions {
   // Letting the next kernel launch as soon as each block is past its wait (PTX
   // griddepcontrol.launch_dependents) made the fused step slower instead (115.6 → 121.1 µs).
   bool programmatic_launch = true;
+  // With auxiliaries, Adam's pass forms the budgeted gradient itself (kernels::BudgetSum as its
+  // gradient source: C51's at its clip scale plus each auxiliary clipped to its own share), storing
+  // it in applied_grad() as it goes, instead of a launch of its own before Adam's that writes it
+  // and Adam's reading it back (budget_sum 11.7 µs in the H200's step with every auxiliary,
+  // thirty-first session's Nsight table). The same bits either way.
+  bool budget_in_adam = false;
   // The forward, the C51 loss and its backward as one fused kernel (losses/c51_fused.hpp), a
   // launch per phase (FusedOptions::mode), for batches of at most fused_max_batch. Where the
   // config is one it cannot run (fused_supports) or the batch is larger, the launch plans run
