@@ -1076,6 +1076,10 @@ TEST(FusedC51, AuxiliariesRideTheKernelsPhasesAndTheirGradientsAreTheirLaunchPla
     const auto c = zs::Config::from_json(j);
     auto rides = fused_options(B, zs::PhasedMode::launches, 0), own = rides;
     own.fused.auxiliaries_ride = false;
+    // The thirty-first session's shape, against which the later options (now the defaults) are
+    // checked one by one below.
+    rides.fused.rider_weight_grads_last = 0;
+    rides.fused.monitors_beside = false;
     zs::Trainer riding(c, rides), apart(c, own), plans(c, plan_options(B));
     ASSERT_TRUE(riding.fused() && apart.fused()) << riding.fused_off_reason();
     const zs::FusedKernel& kr = *riding.fused_kernel();

@@ -134,7 +134,9 @@ struct FusedOptions {
   // With riders_forward, IQN's τ, cosine embedding and modulation as one launch before the heads'
   // phases (kernels::iqn_embed_modulate: the embedding in FP32 on CUDA cores, a team a block of 16
   // rows) instead of τ's launch before the last trunk layer's phase, the embedding's 1,024 short
-  // tensor-core tiles in that phase and the modulation's launch.
+  // tensor-core tiles in that phase and the modulation's launch. Lost on the H200
+  // (BM_StepAuxRide ride 7, thirty-third session, B = 256): IQN alone 219.9 µs a step against
+  // 199.9, every auxiliary 307.5 against 288.6: the FP32 sums cost more than the tiles they replace.
   bool rider_embedding_launch = false;
   // Riders' work that needs only the trunk's forward (FusedRider::ahead: IQN's quantile network
   // where its forward is not phases) on the step's side lane beside the head phases and the
@@ -151,14 +153,18 @@ struct FusedOptions {
   // Riders' monitors (FusedRider::monitor: the ensemble's spread) on the step's side lane beside
   // the backward's phases, joined after the kernel's last phase, instead of after their losses
   // (where the ensemble's three launches on the side lane were the longer of the two lanes).
-  bool monitors_beside = false;
+  // H200, B = 256 (BM_StepAuxRide ride 8, thirty-third session): the ensemble alone 177.7 µs a
+  // step against 183.4, every auxiliary 285.6 against 288.6, IQN alone (no monitor) 199.9 both.
+  bool monitors_beside = true;
   // Riders' weight gradients in the backward's last phase (the trunk's first layer's: 64 tiles at
   // B = 256, most of a wave's slots free) instead of the phase after their input gradients:
   // nothing in the kernel reads them before the norms, and the backward's first three phases
   // (1,121, 1,472 and 640 tiles with every auxiliary, 528 slots a wave on an H200) lose part
   // waves. 0: none; 1: the riders' own layers' (IQN's: 448 tiles); 2: every rider's (CQL's and
-  // the ensemble's too). The same bits either way.
-  int rider_weight_grads_last = 0;
+  // the ensemble's too). The same bits either way. H200, B = 256 (BM_StepAuxRide rides 5, 6,
+  // thirty-third session): 1 gave IQN alone 194.5 µs a step against 199.9 and every auxiliary
+  // 273.0 against 288.6; 2 gave 194.9 and 280.0 (its last phase then holds 1,296 tiles).
+  int rider_weight_grads_last = 1;
   // Auxiliaries named here keep their own launch plans though they could ride (to measure what
   // each rider gains).
   std::vector<std::string> ride_except;
