@@ -3,7 +3,10 @@
 // φ_r = ReLU(W_emb·c_r + b) and h_r = f(sample) ⊙ φ_r. What iqn_sample, the embedding's product
 // and iqn_modulate leave, in FP32 on the CUDA cores: the embedding is short (k = E, 64 in the
 // reference config), so as 32 × 32 tensor-core tiles of the fused kernel it was two thousand tiles
-// of mostly latency (docs/performance.md, thirty-second session).
+// of mostly latency (docs/performance.md, thirty-second session). Its first form (τ drawn for every
+// (row, e), a cosine a scratch load, each thread's W_emb row read 64 floats from its neighbour's)
+// made the H200's step 20 µs slower than those tiles (thirty-third session); this one draws τ once
+// a row, reads four rows' cosines a load and stages W_emb through scratch in coalesced rows.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -17,9 +20,16 @@ namespace zs::kernels {
 template <class Exec>
 struct IqnEmbedModulate {
   using Member = typename Kokkos::TeamPolicy<Exec>::member_type;
-  // A team's rows: their cosines in scratch are read by every feature's thread, and each thread
-  // keeps a sum a row.
+  // A team's rows: each thread keeps a sum a row, and reads the rows' cosines four at a time.
   static constexpr int kRows = 16;
+  static_assert(kRows % 4 == 0, "the cosines are read four rows a load");
+  // W_emb's columns staged at once: [F][kCols + 1] floats (the pad puts each thread's row in
+  // its own bank).
+  static constexpr int kCols = 8;
+  // Four rows' cosines of one e: one 16-byte load of scratch, the same for every thread.
+  struct alignas(16) Four {
+    float v[4];
+  };
   // What a CUDA block gets without opting in to more, less Kokkos' own (as the C51 loss's).
   static constexpr std::size_t kScratchBudget = 46 * 1024;
   struct Side {
@@ -33,7 +43,11 @@ struct IqnEmbedModulate {
   int n_tau;
 
   KOKKOS_INLINE_FUNCTION int teams_per_side() const { return (sample.rows + kRows - 1) / kRows; }
-  KOKKOS_INLINE_FUNCTION static std::size_t scratch_bytes(int embed) { return sizeof(float) * kRows * static_cast<std::size_t>(embed); }
+  // The rows' cosines [E][kRows], their τ and a stage of W_emb's columns, and room to align.
+  KOKKOS_INLINE_FUNCTION static std::size_t scratch_bytes(int embed, int features) {
+    return alignof(Four) + sizeof(Four) * (kRows / 4) * static_cast<std::size_t>(embed) +
+           sizeof(float) * (kRows + static_cast<std::size_t>(features) * (kCols + 1));
+  }
 
   KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
     const int per_side = teams_per_side();
@@ -43,25 +57,53 @@ struct IqnEmbedModulate {
     const int E = static_cast<int>(sample.cosines.extent(1));
     const Side& side = sides[s];
     const int F = static_cast<int>(side.weight.extent(0));
-    float* cos = static_cast<float*>(team.team_scratch(0).get_shmem(scratch_bytes(E)));
-    // τ and the cosines: a thread per (row, feature e), as iqn_sample draws them.
-    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, rows * E), [&](const int x) {
-      const int i = x / E, e = x % E, r = s * sample.rows + r0 + i;
+    constexpr int kFours = kRows / 4;
+    Four* const cos = static_cast<Four*>(
+        team.team_scratch(0).get_shmem_aligned(scratch_bytes(E, F) - alignof(Four), alignof(Four)));
+    float* const taus = reinterpret_cast<float*>(cos + kFours * E);  // row i's c_e: cos[e·kFours + i/4].v[i % 4]
+    float* const w = taus + kRows;                                    // [F][kCols + 1]
+    // τ once a row, as iqn_sample draws it.
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, rows), [&](const int i) {
+      const int r = s * sample.rows + r0 + i;
       const float t = sample.draw(r);
-      if (e == 0) sample.tau(r) = t;
-      const float c = IqnSample<Exec>::cosine(e, t);
-      sample.cosines(r, e) = c;
-      cos[i * E + e] = c;
+      sample.tau(r) = t;
+      taus[i] = t;
     });
     team.team_barrier();
-    // A thread per feature f, a sum per row over e in order.
-    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, F), [&](const int f) {
+    // The cosines, a thread per (row, e); rows past the side's end are zeros that nothing stores.
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, kRows * E), [&](const int x) {
+      const int i = x / E, e = x % E;
+      const float c = i < rows ? IqnSample<Exec>::cosine(e, taus[i]) : 0.f;
+      if (i < rows) sample.cosines(s * sample.rows + r0 + i, e) = c;
+      cos[e * kFours + i / 4].v[i % 4] = c;
+    });
+    // A thread per feature f (every thread runs the loop: the stages' barriers), a sum per row
+    // over e in order.
+    const int threads = team.team_size();
+    const int per_thread = (F + threads - 1) / threads;
+    for (int round = 0; round < per_thread; ++round) {
+      const int f = round * threads + team.team_rank();
       float acc[kRows];
       for (int i = 0; i < kRows; ++i) acc[i] = 0.f;
-      for (int e = 0; e < E; ++e) {
-        const float w = side.weight(f, e);
-        for (int i = 0; i < kRows; ++i) acc[i] += w * cos[(i < rows ? i : 0) * E + e];
+      for (int e0 = 0; e0 < E; e0 += kCols) {
+        const int cols = E - e0 < kCols ? E - e0 : kCols;
+        team.team_barrier();  // the stage before is read; the cosines are written
+        // Consecutive threads load consecutive columns of a row: kCols floats of each of F rows.
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, F * kCols), [&](const int x) {
+          const int row = x / kCols, j = x % kCols;
+          w[row * (kCols + 1) + j] = j < cols ? side.weight(row, e0 + j) : 0.f;
+        });
+        team.team_barrier();
+        if (f < F)
+          for (int j = 0; j < cols; ++j) {
+            const float wf = w[f * (kCols + 1) + j];
+            for (int q = 0; q < kFours; ++q) {
+              const Four c = cos[(e0 + j) * kFours + q];
+              for (int u = 0; u < 4; ++u) acc[4 * q + u] += wf * c.v[u];
+            }
+          }
       }
+      if (f >= F) continue;
       const float b = side.bias(f);
       for (int i = 0; i < rows; ++i) {
         const int r = r0 + i;
@@ -70,7 +112,7 @@ struct IqnEmbedModulate {
         side.phi(r, f) = p;
         side.h(r, f) = side.features(r / n_tau, f) * p;
       }
-    });
+    }
   }
 };
 
@@ -92,17 +134,17 @@ void iqn_embed_modulate(const Exec& exec, const IqnEmbedModulate<Exec>& f) {
             "]; expected rows = B·n_tau, W_emb [F, E], bias [F], features [B, F], phi and h [rows, F], tau [2·rows] "
             "and cosines [2·rows, E]");
   }
-  require(f.sides[0].weight.extent(0) == f.sides[1].weight.extent(0) && E >= 1 &&
-              IqnEmbedModulate<Exec>::scratch_bytes(static_cast<int>(E)) <= IqnEmbedModulate<Exec>::kScratchBudget,
-          "iqn_embed_modulate: sides of ", f.sides[0].weight.extent(0), " and ", f.sides[1].weight.extent(0),
-          " features, embedding of ", E, "; expected the same features and an embedding of 1 to ",
-          IqnEmbedModulate<Exec>::kScratchBudget / (sizeof(float) * IqnEmbedModulate<Exec>::kRows),
-          " (a team's cosines in scratch)");
+  const std::size_t F = f.sides[0].weight.extent(0);
+  const std::size_t bytes = IqnEmbedModulate<Exec>::scratch_bytes(static_cast<int>(E), static_cast<int>(F));
+  require(f.sides[1].weight.extent(0) == F && E >= 1 && bytes <= IqnEmbedModulate<Exec>::kScratchBudget,
+          "iqn_embed_modulate: sides of ", F, " and ", f.sides[1].weight.extent(0), " features, embedding of ", E,
+          "; expected the same features and an embedding and features whose team scratch (", bytes,
+          " bytes: the cosines of ", IqnEmbedModulate<Exec>::kRows, " rows and ", IqnEmbedModulate<Exec>::kCols,
+          " columns of W_emb) fits ", IqnEmbedModulate<Exec>::kScratchBudget, " bytes");
   constexpr bool host = Kokkos::SpaceAccessibility<Kokkos::HostSpace, typename Exec::memory_space>::accessible;
-  const int F = static_cast<int>(f.sides[0].weight.extent(0));
-  const int threads = host ? 1 : F >= 256 ? 256 : (F + 31) / 32 * 32;
+  const int threads = host ? 1 : F >= 256 ? 256 : static_cast<int>((F + 31) / 32 * 32);
   Kokkos::TeamPolicy<Exec> policy(exec, 2 * f.teams_per_side(), threads);
-  policy.set_scratch_size(0, Kokkos::PerTeam(IqnEmbedModulate<Exec>::scratch_bytes(static_cast<int>(E))));
+  policy.set_scratch_size(0, Kokkos::PerTeam(bytes));
   Kokkos::parallel_for("zs::iqn_embed_modulate", policy, f);
 }
 
