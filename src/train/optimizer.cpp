@@ -48,36 +48,38 @@ kernels::AdamPrepare<ExecSpace> Optimizer::prepare_kernel(Kokkos::View<const int
   return kernels::make_adam_prepare<ExecSpace>(state_, skip, norm, clip_scale_, limit, hyper_);
 }
 
+template <class Grad>
+void Optimizer::step(const ExecSpace& exec, const char* who, const char* label, const ParamBuffer& params,
+                     const Grad& grad, Kokkos::View<const int, MemSpace> skip, const ParamBuffer& target) const {
+  const Kokkos::View<const double*, MemSpace> state(state_);
+  const bool polyak = config_.hard_update_every == 0;
+  const auto work = kernels::adam_default_work<ExecSpace>();
+  const auto f = kernels::make_adam_step<ExecSpace>(who, params.flat(), grad, m_.flat(), v_.flat(), state, skip,
+                                                    DeviceScalar<const float>(lr_), hyper_,
+                                                    polyak ? target.flat() : Kokkos::View<float*, MemSpace>(),
+                                                    config_.tau, polyak, work);
+  const auto policy = kernels::adam_policy(exec, params.flat().extent(0), work);
+  if (polyak) {
+    Kokkos::parallel_for(label, policy, AfterPriorGrids<kernels::AdamPolyakUpdate<ExecSpace, Grad>>(f));
+    return;
+  }
+  Kokkos::parallel_for(label, policy, f);
+  kernels::hard_update(exec, target.flat(), ConstDeviceFloats(params.flat()), state, skip,
+                       std::int64_t{config_.hard_update_every});
+}
+
 void Optimizer::update(const ExecSpace& exec, const ParamBuffer& params, const ParamBuffer& grad,
                        Kokkos::View<const float, MemSpace> scale, Kokkos::View<const int, MemSpace> skip,
                        const ParamBuffer& target) const {
-  const Kokkos::View<const double*, MemSpace> state(state_);
-  if (config_.hard_update_every == 0) {
-    kernels::adam_polyak_update(exec, params.flat(), ConstDeviceFloats(grad.flat()), m_.flat(), v_.flat(), state, skip,
-                                DeviceScalar<const float>(lr_), scale, hyper_, target.flat(), config_.tau);
-    return;
-  }
-  kernels::adam_update(exec, params.flat(), ConstDeviceFloats(grad.flat()), m_.flat(), v_.flat(), state, skip,
-                       DeviceScalar<const float>(lr_), scale, hyper_);
-  kernels::hard_update(exec, target.flat(), ConstDeviceFloats(params.flat()), state, skip,
-                       std::int64_t{config_.hard_update_every});
+  const bool polyak = config_.hard_update_every == 0;
+  step(exec, polyak ? "adam_polyak_update" : "adam_update", polyak ? "zs::adam_polyak_update" : "zs::adam_update",
+       params, kernels::ScaledGrad<ExecSpace>{ConstDeviceFloats(grad.flat()), scale}, skip, target);
 }
 
 void Optimizer::update_budgeted(const ExecSpace& exec, const ParamBuffer& params,
                                 const kernels::BudgetSum<ExecSpace>& grad, Kokkos::View<const int, MemSpace> skip,
                                 const ParamBuffer& target) const {
-  const Kokkos::View<const double*, MemSpace> state(state_);
-  const bool polyak = config_.hard_update_every == 0;
-  const auto work = kernels::adam_default_work<ExecSpace>();
-  const auto f = kernels::make_adam_step<ExecSpace>("adam_budgeted_update", params.flat(), grad, m_.flat(), v_.flat(),
-                                                    state, skip, DeviceScalar<const float>(lr_), hyper_,
-                                                    polyak ? target.flat() : Kokkos::View<float*, MemSpace>(),
-                                                    config_.tau, polyak, work);
-  Kokkos::parallel_for("zs::adam_budgeted_update", kernels::adam_policy(exec, params.flat().extent(0), work),
-                       AfterPriorGrids<kernels::AdamPolyakUpdate<ExecSpace, kernels::BudgetSum<ExecSpace>>>(f));
-  if (polyak) return;
-  kernels::hard_update(exec, target.flat(), ConstDeviceFloats(params.flat()), state, skip,
-                       std::int64_t{config_.hard_update_every});
+  step(exec, "adam_budgeted_update", "zs::adam_budgeted_update", params, grad, skip, target);
 }
 
 void Optimizer::save_state(safetensors::File& f) const {

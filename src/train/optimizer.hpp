@@ -54,6 +54,13 @@ class Optimizer {
   void load_state(const safetensors::File& f);
 
  private:
+  // Adam on `grad` (a gradient source: kernels::ScaledGrad, kernels::BudgetSum), then the target:
+  // Polyak in the same pass, or a copy every hard_update_every applied updates. `who` names the
+  // step in errors, `label` is its launch's.
+  template <class Grad>
+  void step(const ExecSpace& exec, const char* who, const char* label, const ParamBuffer& params, const Grad& grad,
+            Kokkos::View<const int, MemSpace> skip, const ParamBuffer& target) const;
+
   Config config_;
   const ParamLayout& layout_;
   kernels::AdamHyper hyper_;
