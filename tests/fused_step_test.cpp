@@ -1247,6 +1247,34 @@ TEST(FusedC51, AuxiliariesRideTheKernelsPhasesAndTheirGradientsAreTheirLaunchPla
       EXPECT_TRUE(graph_e.graph_recorded());
       EXPECT_TRUE(zs::test::same_bits(host_copy(graph_e.online().flat()), host_copy(direct_e.online().flat())));
     }
+    {
+      // IQN's modulation backward in the ∂h product's epilogue (rider_modulation_in_product): a
+      // launch fewer where n_tau divides the tiles' rows (n_tau 16: 336 rows, the last tile half
+      // full), else the launch stays; the launch plans' gradient, and a graph replays the direct
+      // launches' bits.
+      auto in_product = rides;
+      in_product.fused.rider_modulation_in_product = true;
+      const bool whole = in_product.fused.tile_rows % c.iqn.n_tau == 0;
+      zs::Trainer once(c, in_product), graph_m(c, in_product), direct_m(c, in_product);
+      EXPECT_EQ(once.fused_kernel()->launches(), kr.launches() - (whole ? 1 : 0)) << "n_tau " << c.iqn.n_tau;
+      zs::test::step_on_same_batches(once, once, 1, seed + 100, [](zs::Trainer& a, zs::Trainer&) { a.step_direct(); });
+      for (const char* name : {"c51", "iqn"}) {
+        SCOPED_TRACE(name);
+        const auto got = host_copy(once.term(name)->grad().flat());
+        if (kTf32) {
+          const auto ref = host_copy(plans32.term(name)->grad().flat()), ride = host_copy(riding.term(name)->grad().flat());
+          EXPECT_LT(norm_rel(got, ref), std::max(2e-2, 3 * norm_rel(ride, ref)));
+        } else {
+          EXPECT_LT(max_rel(got, host_copy(plans.term(name)->grad().flat())), 1e-5);
+        }
+      }
+      zs::test::step_on_same_batches(graph_m, direct_m, 4, seed + 200, [](zs::Trainer& g, zs::Trainer& d) {
+        g.step();
+        d.step_direct();
+      });
+      EXPECT_TRUE(graph_m.graph_recorded());
+      EXPECT_TRUE(zs::test::same_bits(host_copy(graph_m.online().flat()), host_copy(direct_m.online().flat())));
+    }
     if (c.ensemble.k > 0) continue;
     // With riders_forward off, IQN's own forward is FusedRider::ahead: in the riders' launch, or on the side lane beside the head phases
     // (ahead_beside: a launch more, which forks it there), or beside but without a side lane (then

@@ -44,6 +44,19 @@ struct ProductJob {
   const float* mask = nullptr;
   std::int64_t mask_ld = 0;
   float* row_sums = nullptr;
+  // A product whose rows come in groups of `group` (IQN's n_tau rows a sample: the ∂h product of
+  // its modulation h = f ⊙ φ). scale, when given: each stored value times scale[row / group, col]
+  // (after the mask: ∂φ = ∂h · f, zero where φ ≤ 0). group_sums, when given: for every group and
+  // column, Σ over the group's rows, in row order, of the product times mask[row, col] (∂f = Σ_n
+  // ∂h · φ), stored at group_sums[(row / group)·group_sums_ld + col], or 0 where group_relu and
+  // scale[row / group, col] <= 0 (through the ReLU that made f). Each tile must hold whole groups
+  // (group divides the tile's rows): FusedBuilder::product refuses a job that does not.
+  const float* scale = nullptr;
+  std::int64_t scale_ld = 0;
+  int group = 1;
+  float* group_sums = nullptr;
+  std::int64_t group_sums_ld = 0;
+  int group_relu = 0;
   // When given, each output tile's Σ v² (in double) of every value it stores, its row sums' too,
   // at squares[tm·tiles_n + tn]: the gradient norm's partial sums from the tiles that write the
   // gradient (kernels/fused_norm.hpp), instead of a pass of their own over it.
@@ -181,6 +194,7 @@ struct TileProduct {
       if (tid == 0) job.counters[tile] = 0;  // for the next launch (a graph replay)
     }
     double squares = epilogue(team, job, acc, m0, n0);
+    if (job.group_sums) sum_groups(team, scratch, job, acc, m0, n0, tid);
     if (sums) {
       for (int r = 0; r < kRowSumsPerThread; ++r) {
         const int row = m0 + (kHost ? r : tid);
@@ -496,6 +510,33 @@ struct TileProduct {
     }
   }
 
+  // ProductJob::group_sums of this tile: each product element times its mask value meets in
+  // scratch (the stages are free once every warp is past its last chunk), then a thread a
+  // (group, column) adds its group's rows in row order. On CUDA the masks are read again here,
+  // from L2 where the epilogue just read them, rather than kept in registers across the stores.
+  template <class Member>
+  KOKKOS_INLINE_FUNCTION static void sum_groups(const Member& team, float* scratch, const ProductJob& job,
+                                                const Acc& acc, int m0, int n0, int tid) {
+    constexpr int ld = kN + 1;
+    static_assert(kM * ld <= kStages * kStageFloats, "a tile's products fit in the stages");
+    team.team_barrier();
+    for_each_element(team, acc, m0, n0, [&](int row, int col, float v) {
+      const bool in = row < job.m && col < job.n;
+      scratch[(row - m0) * ld + (col - n0)] = in ? v * Tile::load_shared(job.mask + row * job.mask_ld + col) : 0.f;
+    });
+    team.team_barrier();
+    const int g = job.group, groups = kM / g;
+    for (int q = tid; q < groups * kN; q += kThreads) {
+      const int s = q / kN, c = q % kN, row0 = m0 + s * g, col = n0 + c;
+      if (row0 >= job.m || col >= job.n) continue;
+      float sum = 0.f;
+      for (int r = 0; r < g; ++r) sum += scratch[(s * g + r) * ld + c];
+      const std::int64_t sample = row0 / g;
+      const float x = job.scale[sample * job.scale_ld + col];
+      job.group_sums[sample * job.group_sums_ld + col] = job.group_relu && x <= 0.f ? 0.f : sum;
+    }
+  }
+
   // Accumulator elements a thread holds.
   static constexpr int kMine = kSlots * kTm * kTn * kAccFloats;
 
@@ -523,7 +564,7 @@ struct TileProduct {
   template <class Member>
   KOKKOS_INLINE_FUNCTION static double epilogue(const Member& team, const ProductJob& job, const Acc& acc, int m0,
                                                 int n0) {
-    float add[kMine], keep[kMine];
+    float add[kMine], keep[kMine], mul[kMine];
     const bool count = job.squares != nullptr;
     double squares = 0.0;
     int e = 0;
@@ -531,6 +572,7 @@ struct TileProduct {
       const bool in = row < job.m && col < job.n;
       add[e] = in && job.bias ? job.bias[col] : 0.f;
       keep[e] = in && job.mask ? Tile::load_shared(job.mask + row * job.mask_ld + col) : 1.f;
+      mul[e] = in && job.scale ? job.scale[row / job.group * job.scale_ld + col] : 1.f;
       ++e;
     });
     e = 0;
@@ -539,6 +581,7 @@ struct TileProduct {
       if (row >= job.m || col >= job.n) return;
       if (job.bias) v += add[at];
       if (job.relu && v < 0.f) v = 0.f;
+      if (job.scale) v *= mul[at];
       if (keep[at] <= 0.f) v = 0.f;  // a NaN activation keeps its gradient
       job.out[row * job.out_ld + col] = v;
       if (count) squares += static_cast<double>(v) * v;

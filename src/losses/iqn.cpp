@@ -111,10 +111,12 @@ std::optional<FusedRider> IqnTerm::ride_fused(const FusedOptions& options, const
         enqueue_forward(main, gemm);
     };
   r.loss = [this](const ExecSpace& exec) { enqueue_loss(exec); };
-  const bool last = options.rider_weight_grads_last >= 1, embed = options.rider_embedding_launch;
-  r.products = [this, forward, last, embed](FusedBuilder& b, FusedPhase phase, int norm) {
-    add_products(b, phase, forward, embed, last, norm);
-  };
+  RideShape shape;
+  shape.forward = forward;
+  shape.embed_launch = options.rider_embedding_launch;
+  shape.weight_grads_last = options.rider_weight_grads_last >= 1;
+  shape.modulation_in_product = options.rider_modulation_in_product && options.tile_rows % N_ == 0;
+  r.products = [this, shape](FusedBuilder& b, FusedPhase phase, int norm) { add_products(b, phase, shape, norm); };
   r.accepted = [this] { riding_ = true; };
   r.g = &g_;
   r.grad = &grad();
@@ -250,8 +252,8 @@ void IqnTerm::weight_grad(FusedBuilder& b, int l, int norm) {
   b.product(dw, {{columns_of(o.dy, o.out), columns_of(o.x, o.in), static_cast<int>(R)}}, norm, kWeightGradSplitChunks);
 }
 
-void IqnTerm::add_products(FusedBuilder& b, FusedPhase phase, bool forward, bool embed_launch, bool weight_grads_last,
-                           int norm) {
+void IqnTerm::add_products(FusedBuilder& b, FusedPhase phase, const RideShape& shape, int norm) {
+  const bool forward = shape.forward, embed_launch = shape.embed_launch, weight_grads_last = shape.weight_grads_last;
   const int R = B_ * N_, here = b.phases() - 1;
   const ParamBuffer& on = ctx_.online;
   using kernels::ProductJob;
@@ -312,14 +314,30 @@ void IqnTerm::add_products(FusedBuilder& b, FusedPhase phase, bool forward, bool
       b.product(dx, {{rows_of(d_out_.data(), A_), columns_of(on.weight(layer_ + 2).data(), H_), A_}});
       return;
     }
-    case FusedPhase::backward_hidden:
+    case FusedPhase::backward_hidden: {
       if (!weight_grads_last) weight_grad(b, 1, norm);
-      b.product(job(R, F_, d_h_.data(), F_),
-                {{rows_of(d_hidden_.data(), H_), columns_of(on.weight(layer_ + 1).data(), F_), H_}});
+      ProductJob dh = job(R, F_, d_h_.data(), F_);
+      if (shape.modulation_in_product) {
+        // ∂φ and ∂features (through the trunk's last ReLU) straight from the tiles; ∂h itself is
+        // never stored.
+        const int T = static_cast<int>(ctx_.config.trunk.size());
+        dh.out = d_phi_.data();
+        dh.mask = online_.phi.data();
+        dh.mask_ld = F_;
+        dh.scale = ctx_.online_acts.trunk[T - 1].data();
+        dh.scale_ld = F_;
+        dh.group = N_;
+        dh.group_sums = g_.d_trunk[T - 1].data();
+        dh.group_sums_ld = F_;
+        dh.group_relu = 1;
+      }
+      b.product(dh, {{rows_of(d_hidden_.data(), H_), columns_of(on.weight(layer_ + 1).data(), F_), H_}});
       return;
+    }
     case FusedPhase::backward_trunk:
       // The features' gradient, which this phase's trunk products read, and ∂loss/∂φ first.
-      b.launch_before(here, [this](const ExecSpace& exec) { enqueue_modulate_backward(exec, true); });
+      if (!shape.modulation_in_product)
+        b.launch_before(here, [this](const ExecSpace& exec) { enqueue_modulate_backward(exec, true); });
       if (!weight_grads_last) weight_grad(b, 0, norm);
       return;
     case FusedPhase::backward_last:

@@ -62,9 +62,13 @@ class IqnTerm final : public LossTerm {
   // `forward`), its weight gradients counted in `norm`.
   // (embed_launch: τ, the embedding and the modulation one launch, FusedOptions::rider_embedding_launch;
   // weight_grads_last: its weight gradients in the backward's last phase,
-  // FusedOptions::rider_weight_grads_last.)
-  void add_products(FusedBuilder& b, FusedPhase phase, bool forward, bool embed_launch, bool weight_grads_last,
-                    int norm);
+  // FusedOptions::rider_weight_grads_last;
+  // modulation_in_product: its backward in the ∂h product's epilogue, FusedOptions::rider_modulation_in_product
+  // where n_tau divides the tiles' rows.)
+  struct RideShape {
+    bool forward = true, embed_launch = false, weight_grads_last = false, modulation_in_product = false;
+  };
+  void add_products(FusedBuilder& b, FusedPhase phase, const RideShape& shape, int norm);
   // Its layer layer_ + l's weight and bias gradients as a product (split over the B·N rows).
   void weight_grad(FusedBuilder& b, int l, int norm);
 

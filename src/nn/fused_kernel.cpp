@@ -234,6 +234,15 @@ FusedKernel FusedBuilder::build(FusedProgramOnDevice program, std::size_t scratc
   require(known_shape(options.tile_rows, options.tile_cols, options.tile_stages), "FusedBuilder: tiles of ",
           options.tile_rows, " × ", options.tile_cols, " in ", options.tile_stages,
           " stages (tile_rows × tile_cols, tile_stages); ", kKnownShapes);
+  for (const kernels::ProductJob& job : jobs_) {
+    if (job.scale == nullptr && job.group_sums == nullptr) continue;
+    require(job.group >= 1 && options.tile_rows % job.group == 0 && job.scale != nullptr &&
+                (job.group_sums == nullptr || job.mask != nullptr),
+            "FusedBuilder: a product of [", job.m, ", ", job.n, "] in groups of ", job.group, " rows",
+            job.scale ? "" : " without its scale", job.group_sums && !job.mask ? " without its mask" : "",
+            "; expected groups that divide the tiles' ", options.tile_rows,
+            " rows, a scale, and a mask beside the group sums");
+  }
   if (items_.size() > static_cast<std::size_t>(kernels::kFusedMaxItems))
     throw FusedTooLarge(str("FusedBuilder: ", items_.size(), " runs of tiles; the kernel's parameters hold at most ",
                             kernels::kFusedMaxItems));

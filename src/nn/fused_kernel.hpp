@@ -165,6 +165,11 @@ struct FusedOptions {
   // thirty-third session): 1 gave IQN alone 194.5 µs a step against 199.9 and every auxiliary
   // 273.0 against 288.6; 2 gave 194.9 and 280.0 (its last phase then holds 1,296 tiles).
   int rider_weight_grads_last = 1;
+  // IQN's modulation backward (∂φ = ∂h · f where φ > 0, ∂f = Σ_n ∂h · φ) in the epilogue of the
+  // ∂h product's tiles (ProductJob::scale, group_sums; each tile holds whole samples when n_tau
+  // divides tile_rows, else the launch stays) instead of a launch of its own between the
+  // backward's hidden and trunk phases, and ∂h never stored.
+  bool rider_modulation_in_product = false;
   // Auxiliaries named here keep their own launch plans though they could ride (to measure what
   // each rider gains).
   std::vector<std::string> ride_except;
