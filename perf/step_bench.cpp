@@ -339,7 +339,8 @@ BENCHMARK(BM_StepAux)->Arg(0)->Arg(1)->Arg(2)->Arg(4)->Arg(7)->UseManualTime()->
 // ensemble's spread beside the backward (monitors_beside); 9 as 2 with 5's, 7's and 8's options; 10 as 2
 // with 5's and 8's options (the thirty-third session's winners); 11 as 2 with the budgeted sum formed
 // in Adam's pass (TrainerOptions::budget_in_adam); 12 as 10 with 11's; 13 as 10 with IQN's modulation
-// backward in the ∂h product's epilogue (rider_modulation_in_product); 0 none (each
+// backward in the ∂h product's epilogue (rider_modulation_in_product); 14 as 10 with IQN's τ drawn on the
+// side lane from the first phase (rider_tau_beside); 15 as 10 with 13's and 14's; 0 none (each
 // term's own launch plans after the kernel). aux: BM_StepAux's mask. The label gives each
 // phase's tiles.
 void BM_StepAuxRide(benchmark::State& state) {
@@ -351,16 +352,17 @@ void BM_StepAuxRide(benchmark::State& state) {
   opt.fused.riders_forward = ride != 1;
   if (ride == 3) opt.fused.ride_except = {"iqn"};
   opt.fused.losses_beside = ride != 4;
-  opt.fused.rider_weight_grads_last = ride == 5 || ride == 6 ? ride - 4 : ride == 9 || ride == 10 || ride == 12 || ride == 13 ? 1 : 0;
+  opt.fused.rider_weight_grads_last = ride == 5 || ride == 6 ? ride - 4 : ride == 9 || ride == 10 || ride >= 12 ? 1 : 0;
   opt.fused.rider_embedding_launch = ride == 7 || ride == 9;
-  opt.fused.monitors_beside = ride == 8 || ride == 9 || ride == 10 || ride == 12 || ride == 13;
-  opt.fused.rider_modulation_in_product = ride == 13;
+  opt.fused.monitors_beside = ride == 8 || ride == 9 || ride == 10 || ride >= 12;
+  opt.fused.rider_modulation_in_product = ride == 13 || ride == 15;
+  opt.fused.rider_tau_beside = ride == 14 || ride == 15;
   opt.budget_in_adam = ride == 11 || ride == 12;
   time_fused_steps(state, c, opt);
 }
 BENCHMARK(BM_StepAuxRide)
     ->ArgNames({"aux", "ride"})
-    ->ArgsProduct({{1, 2, 4, 7}, {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13}})
+    ->ArgsProduct({{1, 2, 4, 7}, {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15}})
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 

@@ -25,6 +25,7 @@
 #include "kernels/tile_product.hpp"
 #include "losses/c51.hpp"
 #include "losses/ensemble.hpp"
+#include "losses/iqn.hpp"
 #include "network_reference.hpp"
 #include "nn/fused_forward.hpp"
 #include "nn/row_block_chain.hpp"
@@ -1274,6 +1275,20 @@ TEST(FusedC51, AuxiliariesRideTheKernelsPhasesAndTheirGradientsAreTheirLaunchPla
       });
       EXPECT_TRUE(graph_m.graph_recorded());
       EXPECT_TRUE(zs::test::same_bits(host_copy(graph_m.online().flat()), host_copy(direct_m.online().flat())));
+    }
+    {
+      // IQN's τ drawn on the side lane from the first phase (rider_tau_beside): a fork and a join
+      // where there was one launch, the same draws, so the same bits from a graph.
+      auto tau_side = rides;
+      tau_side.fused.rider_tau_beside = true;
+      zs::Trainer beside_tau(c, tau_side);
+      EXPECT_EQ(beside_tau.fused_kernel()->launches(), kr.launches() + 1);
+      zs::test::step_on_same_batches(beside_tau, beside_tau, 4, seed + 200,
+                                     [](zs::Trainer& g, zs::Trainer&) { g.step(); });
+      EXPECT_TRUE(beside_tau.graph_recorded());
+      EXPECT_TRUE(zs::test::same_bits(host_copy(graph.online().flat()), host_copy(beside_tau.online().flat())));
+      EXPECT_TRUE(zs::test::same_bits(zs::test::to_host(graph.term_as<zs::IqnTerm>("iqn")->taus()),
+                                      zs::test::to_host(beside_tau.term_as<zs::IqnTerm>("iqn")->taus())));
     }
     if (c.ensemble.k > 0) continue;
     // With riders_forward off, IQN's own forward is FusedRider::ahead: in the riders' launch, or on the side lane beside the head phases

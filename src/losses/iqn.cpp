@@ -116,6 +116,7 @@ std::optional<FusedRider> IqnTerm::ride_fused(const FusedOptions& options, const
   shape.embed_launch = options.rider_embedding_launch;
   shape.weight_grads_last = options.rider_weight_grads_last >= 1;
   shape.modulation_in_product = options.rider_modulation_in_product && options.tile_rows % N_ == 0;
+  shape.tau_beside = options.rider_tau_beside && ctx_.side != nullptr;
   r.products = [this, shape](FusedBuilder& b, FusedPhase phase, int norm) { add_products(b, phase, shape, norm); };
   r.accepted = [this] { riding_ = true; };
   r.g = &g_;
@@ -279,7 +280,16 @@ void IqnTerm::add_products(FusedBuilder& b, FusedPhase phase, const RideShape& s
       // (short: k is the embedding's 64) fill the slots that the trunk layer's few long tiles
       // leave free.
       if (!forward || embed_launch) return;
-      b.launch_before(here, [this](const ExecSpace& exec) { enqueue_sample(exec); });
+      if (shape.tau_beside) {
+        const SideLane* side = ctx_.side;
+        b.launch_before(0, [this, side](const ExecSpace&) {
+          side->fork();
+          enqueue_sample(side->exec());
+        });
+        b.launch_before(here, [side](const ExecSpace&) { side->join(); });
+      } else {
+        b.launch_before(here, [this](const ExecSpace& exec) { enqueue_sample(exec); });
+      }
       for (const SideOf& x : sides)
         b.product(job(R, F_, x.side->phi.data(), F_), {{rows_of(x.cos, E_), rows_of(x.params->weight(layer_).data(), E_), E_}});
       return;

@@ -64,9 +64,11 @@ class IqnTerm final : public LossTerm {
   // weight_grads_last: its weight gradients in the backward's last phase,
   // FusedOptions::rider_weight_grads_last;
   // modulation_in_product: its backward in the ∂h product's epilogue, FusedOptions::rider_modulation_in_product
-  // where n_tau divides the tiles' rows.)
+  // where n_tau divides the tiles' rows; tau_beside: τ drawn on the side lane from the kernel's
+  // first phase, FusedOptions::rider_tau_beside.)
   struct RideShape {
-    bool forward = true, embed_launch = false, weight_grads_last = false, modulation_in_product = false;
+    bool forward = true, embed_launch = false, weight_grads_last = false, modulation_in_product = false,
+         tau_beside = false;
   };
   void add_products(FusedBuilder& b, FusedPhase phase, const RideShape& shape, int norm);
   // Its layer layer_ + l's weight and bias gradients as a product (split over the B·N rows).

@@ -170,6 +170,11 @@ struct FusedOptions {
   // divides tile_rows, else the launch stays) instead of a launch of its own between the
   // backward's hidden and trunk phases, and ∂h never stored.
   bool rider_modulation_in_product = false;
+  // With riders_forward, IQN's τ and cosine features drawn on the step's side lane from the
+  // kernel's first phase on (they read only the RNG counter, which the last step's loss advanced),
+  // joined before the last trunk layer's phase, instead of a launch of their own in the main
+  // chain just before it. No side lane, or rider_embedding_launch: the launch stays.
+  bool rider_tau_beside = false;
   // Auxiliaries named here keep their own launch plans though they could ride (to measure what
   // each rider gains).
   std::vector<std::string> ride_except;
