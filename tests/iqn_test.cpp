@@ -16,7 +16,6 @@
 #include <nlohmann/json.hpp>
 
 #include "backends/stream.hpp"
-#include "kernels/iqn_embed.hpp"
 #include "kernels/iqn_quantiles.hpp"
 #include "losses/iqn.hpp"
 #include "fd_check.hpp"
@@ -188,15 +187,13 @@ TEST(IQN, FreshTauEveryReplayAndGraphEqualsDirect) {
   const auto seed = zs::test::fresh_seed();
   SCOPED_TRACE(testing::Message() << "seed " << seed);
   const auto c_plans = iqn_config(seed, 1.0);
-  for (const int variant : {0, 1, 2}) {
-    const bool fused = variant != 0;
-    SCOPED_TRACE(variant == 0 ? "launch plans" : variant == 1 ? "fused, riding" : "fused, τ in the embedding's launch");
+  for (const bool fused : {false, true}) {
+    SCOPED_TRACE(fused ? "fused, riding" : "launch plans");
     auto c = c_plans;
     if (fused) c.precision = zs::Precision::tf32;  // what the fused step's products take on CUDA
     zs::TrainerOptions opt;
     opt.batch_size = 4;
     opt.fused_step = fused;
-    opt.fused.rider_embedding_launch = variant == 2;
     zs::Trainer graph(c, opt), direct(c, opt);
     ASSERT_EQ(graph.fused(), fused) << graph.fused_off_reason();
     const auto hb = zs::random_batch(c, 4, seed + 2);
@@ -343,107 +340,4 @@ TEST(IqnKernels, ModulationAndItsBackwardMatchAPlainLoop) {
       ASSERT_NEAR(d_features[std::size_t(i) * F + f], acc, 1e-6 * scale) << "sample " << i << " feature " << f;
     }
   EXPECT_GT(relu_zeros, 0u) << "the draw must exercise the ReLU";
-}
-
-namespace {
-// What iqn_embed_modulate must leave, from a double loop: τ from the RNG, its cosines, φ and h.
-struct EmbedReference {
-  std::vector<double> tau, cos, phi, h;
-};
-EmbedReference embed_reference(std::uint64_t seed, std::uint64_t call, std::uint64_t first_row, int B, int N, int E,
-                               int F, const std::vector<float> (&w)[2], const std::vector<float> (&b)[2],
-                               const std::vector<float> (&f)[2]) {
-  const int R = B * N;
-  EmbedReference ref;
-  for (int s = 0; s < 2; ++s)
-    for (int r = 0; r < R; ++r) {
-      const float t = zs::kernels::iqn_tau(seed, s == 0 ? zs::kernels::kIqnOnlineStream : zs::kernels::kIqnTargetStream,
-                                           call, first_row + r);
-      ref.tau.push_back(t);
-      // The argument as the kernel rounds it (in float); the cosine in double.
-      for (int e = 0; e < E; ++e) ref.cos.push_back(std::cos(double(3.14159265358979f * static_cast<float>(e) * t)));
-    }
-  for (int s = 0; s < 2; ++s)
-    for (int r = 0; r < R; ++r)
-      for (int j = 0; j < F; ++j) {
-        double v = b[s][j];
-        for (int e = 0; e < E; ++e) v += double(w[s][std::size_t(j) * E + e]) * ref.cos[(std::size_t(s) * R + r) * E + e];
-        const double p = v < 0 ? 0 : v;
-        ref.phi.push_back(p);
-        ref.h.push_back(double(f[s][std::size_t(r / N) * F + j]) * p);
-      }
-  return ref;
-}
-}  // namespace
-
-// τ, the cosine embedding and the modulation of both sides in one launch, at sizes that fill no
-// team evenly (B·N = 3 · 13 = 39 rows a side: two full teams of 16 and one of 7; 300 features:
-// more than a team's threads; an embedding of 21: two full stages of W_emb's 8 columns and one of
-// 5), against a double loop; the counter is read, not advanced.
-TEST(IqnKernels, EmbeddingAndModulationInOneLaunchMatchADoubleLoop) {
-  const auto seed = zs::test::fresh_seed();
-  SCOPED_TRACE(testing::Message() << "seed " << seed);
-  const int B = 13, N = 3, E = 21, F = 300, R = B * N;
-  const std::uint64_t rng_seed = seed * 7 + 1, call = seed % 5, first = 40;
-  std::vector<float> w[2], b[2], f[2];
-  for (int s = 0; s < 2; ++s) {
-    w[s] = zs::test::random_normal(std::size_t(F) * E, seed + 10 * s, 0.3f);
-    b[s] = zs::test::random_normal(F, seed + 10 * s + 1, 0.3f);
-    f[s] = zs::test::random_normal(std::size_t(B) * F, seed + 10 * s + 2);
-  }
-  const auto ref = embed_reference(rng_seed, call, first, B, N, E, F, w, b, f);
-  zs::DeviceScalar<std::uint64_t> counter("zs::test::counter");
-  Kokkos::deep_copy(counter, call);
-  Kokkos::View<float*, zs::MemSpace> tau("zs::test::tau", 2 * R);
-  Kokkos::View<float**, Kokkos::LayoutRight, zs::MemSpace> cos("zs::test::cos", 2 * R, E);
-  zs::DeviceFloats wd[2], bd[2], fd[2], phi[2], h[2];
-  zs::kernels::IqnEmbedModulate<zs::ExecSpace> k;
-  k.sample = {counter, tau, cos, rng_seed, R, first};
-  k.n_tau = N;
-  for (int s = 0; s < 2; ++s) {
-    wd[s] = zs::test::to_device(w[s]);
-    bd[s] = zs::test::to_device(b[s]);
-    fd[s] = zs::test::to_device(f[s]);
-    phi[s] = zs::DeviceFloats("zs::test::phi", std::size_t(R) * F);
-    h[s] = zs::DeviceFloats("zs::test::h", std::size_t(R) * F);
-    k.sides[s] = {ConstMat(wd[s].data(), F, E), ConstVec(bd[s].data(), F), ConstMat(fd[s].data(), B, F),
-                  as_mat(phi[s], R, F), as_mat(h[s], R, F)};
-  }
-  zs::Stream stream;
-  zs::kernels::iqn_embed_modulate(stream.exec(), k);
-  stream.synchronize();
-  std::uint64_t after = 0;
-  Kokkos::deep_copy(after, counter);
-  EXPECT_EQ(after, call) << "the caller advances the counter";
-  const auto tau_h = zs::test::to_host(tau);
-  const auto cos_h = zs::test::to_host(cos);
-  for (int r = 0; r < 2 * R; ++r) ASSERT_EQ(tau_h[r], static_cast<float>(ref.tau[r])) << "row " << r;
-  for (std::size_t x = 0; x < cos_h.size(); ++x) ASSERT_NEAR(cos_h[x], ref.cos[x], 2e-6) << "cosine " << x;
-  std::size_t zeros = 0;
-  for (int s = 0; s < 2; ++s) {
-    const auto phi_h = zs::test::to_host(phi[s]), h_h = zs::test::to_host(h[s]);
-    for (int r = 0; r < R; ++r)
-      for (int j = 0; j < F; ++j) {
-        const std::size_t x = std::size_t(r) * F + j, y = std::size_t(s) * R * F + x;
-        double scale = std::abs(b[s][j]);
-        for (int e = 0; e < E; ++e) scale += std::abs(w[s][std::size_t(j) * E + e]);
-        ASSERT_NEAR(phi_h[x], ref.phi[y], 1e-5 * scale) << "side " << s << " row " << r << " feature " << j;
-        ASSERT_NEAR(h_h[x], ref.h[y], 1e-5 * scale * std::abs(f[s][std::size_t(r / N) * F + j]))
-            << "side " << s << " row " << r << " feature " << j;
-        zeros += phi_h[x] == 0.f;
-      }
-  }
-  EXPECT_GT(zeros, 0u) << "the draw must exercise the ReLU";
-  EXPECT_LT(zeros, std::size_t(2) * R * F) << "a φ of zeros tests nothing";
-  // An embedding wider than a team's scratch holds is refused with its size.
-  auto wide = k;
-  wide.sample.cosines = Kokkos::View<float**, Kokkos::LayoutRight, zs::MemSpace>("zs::test::wide", 2 * R, 1000);
-  const zs::DeviceFloats wide_w("zs::test::wide_w", std::size_t(F) * 1000);
-  for (auto& side : wide.sides) side.weight = ConstMat(wide_w.data(), F, 1000);
-  try {
-    zs::kernels::iqn_embed_modulate(stream.exec(), wide);
-    ADD_FAILURE() << "an embedding of 1000 was taken";
-  } catch (const zs::Error& e) {
-    EXPECT_NE(std::string(e.what()).find("1000"), std::string::npos) << e.what();
-  }
 }

@@ -6,7 +6,6 @@
 #include <vector>
 
 #include "kernels/dense.hpp"
-#include "kernels/iqn_embed.hpp"
 #include "kernels/iqn_quantiles.hpp"
 
 namespace zs {
@@ -113,10 +112,8 @@ std::optional<FusedRider> IqnTerm::ride_fused(const FusedOptions& options, const
   r.loss = [this](const ExecSpace& exec) { enqueue_loss(exec); };
   RideShape shape;
   shape.forward = forward;
-  shape.embed_launch = options.rider_embedding_launch;
   shape.weight_grads_last = options.rider_weight_grads_last >= 1;
   shape.modulation_in_product = options.rider_modulation_in_product && options.tile_rows % N_ == 0;
-  shape.tau_beside = options.rider_tau_beside && ctx_.side != nullptr;
   r.products = [this, shape](FusedBuilder& b, FusedPhase phase, int norm) { add_products(b, phase, shape, norm); };
   r.accepted = [this] { riding_ = true; };
   r.g = &g_;
@@ -140,21 +137,6 @@ void IqnTerm::enqueue_modulate(const ExecSpace& exec) {
                                            as_const(p.bias(layer_)), N_};
   };
   kernels::iqn_modulate<ExecSpace>(exec, of(online_, features, ctx_.online), of(target_, next_features, ctx_.target));
-}
-
-void IqnTerm::enqueue_embed_modulate(const ExecSpace& exec) {
-  const int R = B_ * N_, T = static_cast<int>(ctx_.config.trunk.size());
-  kernels::IqnEmbedModulate<ExecSpace> f;
-  f.sample = {counter_, tau_, cos_, seed_, R, static_cast<std::uint64_t>(ctx_.first_sample) * N_};
-  auto side = [&](Side& s, const Activations& acts, const ParamBuffer& p) {
-    return kernels::IqnEmbedModulate<ExecSpace>::Side{as_const(p.weight(layer_)), as_const(p.bias(layer_)),
-                                                      ConstMatrixView(acts.trunk[T - 1].data(), B_, F_),
-                                                      as_matrix(s.phi, R, F_), as_matrix(s.h, R, F_)};
-  };
-  f.sides[0] = side(online_, ctx_.online_acts, ctx_.online);
-  f.sides[1] = side(target_, ctx_.target_acts, ctx_.target);
-  f.n_tau = N_;
-  kernels::iqn_embed_modulate(exec, f);
 }
 
 void IqnTerm::enqueue_forward(const ExecSpace& exec, const Gemm& gemm) {
@@ -254,7 +236,7 @@ void IqnTerm::weight_grad(FusedBuilder& b, int l, int norm) {
 }
 
 void IqnTerm::add_products(FusedBuilder& b, FusedPhase phase, const RideShape& shape, int norm) {
-  const bool forward = shape.forward, embed_launch = shape.embed_launch, weight_grads_last = shape.weight_grads_last;
+  const bool forward = shape.forward, weight_grads_last = shape.weight_grads_last;
   const int R = B_ * N_, here = b.phases() - 1;
   const ParamBuffer& on = ctx_.online;
   using kernels::ProductJob;
@@ -279,27 +261,15 @@ void IqnTerm::add_products(FusedBuilder& b, FusedPhase phase, const RideShape& s
       // φ before its bias, as the launch plans' product leaves it for the modulation. Its tiles
       // (short: k is the embedding's 64) fill the slots that the trunk layer's few long tiles
       // leave free.
-      if (!forward || embed_launch) return;
-      if (shape.tau_beside) {
-        const SideLane* side = ctx_.side;
-        b.launch_before(0, [this, side](const ExecSpace&) {
-          side->fork();
-          enqueue_sample(side->exec());
-        });
-        b.launch_before(here, [side](const ExecSpace&) { side->join(); });
-      } else {
-        b.launch_before(here, [this](const ExecSpace& exec) { enqueue_sample(exec); });
-      }
+      if (!forward) return;
+      b.launch_before(here, [this](const ExecSpace& exec) { enqueue_sample(exec); });
       for (const SideOf& x : sides)
         b.product(job(R, F_, x.side->phi.data(), F_), {{rows_of(x.cos, E_), rows_of(x.params->weight(layer_).data(), E_), E_}});
       return;
     case FusedPhase::heads_hidden:
       if (!forward) return;
       // The modulation reads the trunk's features, which the phase before wrote.
-      if (embed_launch)
-        b.launch_before(here, [this](const ExecSpace& exec) { enqueue_embed_modulate(exec); });
-      else
-        b.launch_before(here, [this](const ExecSpace& exec) { enqueue_modulate(exec); });
+      b.launch_before(here, [this](const ExecSpace& exec) { enqueue_modulate(exec); });
       for (const SideOf& x : sides) {
         ProductJob j = job(R, H_, x.side->hidden.data(), H_);
         j.bias = x.params->bias(layer_ + 1).data();

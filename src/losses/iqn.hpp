@@ -47,9 +47,6 @@ class IqnTerm final : public LossTerm {
   // τ with its cosine features, and the modulation h = f ⊙ ReLU(φ + b) of both sides.
   void enqueue_sample(const ExecSpace& exec);
   void enqueue_modulate(const ExecSpace& exec);
-  // τ, the cosine embedding and the modulation of both sides in one launch
-  // (FusedOptions::rider_embedding_launch).
-  void enqueue_embed_modulate(const ExecSpace& exec);
   // The quantile Huber loss and ∂loss/∂(the online quantiles).
   void enqueue_loss(const ExecSpace& exec);
   // The backward from ∂loss/∂quantiles down to ∂loss/∂features, the weight gradients forked onto
@@ -60,15 +57,12 @@ class IqnTerm final : public LossTerm {
   void enqueue_modulate_backward(const ExecSpace& exec, bool through_relu);
   // FusedRider::products: the term's layers in the fused kernel's phases (the forward's only when
   // `forward`), its weight gradients counted in `norm`.
-  // (embed_launch: τ, the embedding and the modulation one launch, FusedOptions::rider_embedding_launch;
-  // weight_grads_last: its weight gradients in the backward's last phase,
-  // FusedOptions::rider_weight_grads_last;
-  // modulation_in_product: its backward in the ∂h product's epilogue, FusedOptions::rider_modulation_in_product
-  // where n_tau divides the tiles' rows; tau_beside: τ drawn on the side lane from the kernel's
-  // first phase, FusedOptions::rider_tau_beside.)
+  // (weight_grads_last: its weight gradients in the backward's last phase,
+  // FusedOptions::rider_weight_grads_last; modulation_in_product: the modulation's backward in
+  // the ∂h product's epilogue, FusedOptions::rider_modulation_in_product where n_tau divides the
+  // tiles' rows.)
   struct RideShape {
-    bool forward = true, embed_launch = false, weight_grads_last = false, modulation_in_product = false,
-         tau_beside = false;
+    bool forward = true, weight_grads_last = false, modulation_in_product = false;
   };
   void add_products(FusedBuilder& b, FusedPhase phase, const RideShape& shape, int norm);
   // Its layer layer_ + l's weight and bias gradients as a product (split over the B·N rows).

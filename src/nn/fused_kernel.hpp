@@ -131,13 +131,6 @@ struct FusedOptions {
   // phases either way. false: their forward in the riders' launch (FusedRider::ahead, as in the
   // thirtieth session), with cuBLAS where the backend has it.
   bool riders_forward = true;
-  // With riders_forward, IQN's τ, cosine embedding and modulation as one launch before the heads'
-  // phases (kernels::iqn_embed_modulate: the embedding in FP32 on CUDA cores, a team a block of 16
-  // rows) instead of τ's launch before the last trunk layer's phase, the embedding's 1,024 short
-  // tensor-core tiles in that phase and the modulation's launch. Lost on the H200
-  // (BM_StepAuxRide ride 7, thirty-third session, B = 256): IQN alone 219.9 µs a step against
-  // 199.9, every auxiliary 307.5 against 288.6: the FP32 sums cost more than the tiles they replace.
-  bool rider_embedding_launch = false;
   // Riders' work that needs only the trunk's forward (FusedRider::ahead: IQN's quantile network
   // where its forward is not phases) on the step's side lane beside the head phases and the
   // loss's; false: first in the riders' launch between the loss and the backward. Beside lost on
@@ -168,13 +161,10 @@ struct FusedOptions {
   // IQN's modulation backward (∂φ = ∂h · f where φ > 0, ∂f = Σ_n ∂h · φ) in the epilogue of the
   // ∂h product's tiles (ProductJob::scale, group_sums; each tile holds whole samples when n_tau
   // divides tile_rows, else the launch stays) instead of a launch of its own between the
-  // backward's hidden and trunk phases, and ∂h never stored.
-  bool rider_modulation_in_product = false;
-  // With riders_forward, IQN's τ and cosine features drawn on the step's side lane from the
-  // kernel's first phase on (they read only the RNG counter, which the last step's loss advanced),
-  // joined before the last trunk layer's phase, instead of a launch of their own in the main
-  // chain just before it. No side lane, or rider_embedding_launch: the launch stays.
-  bool rider_tau_beside = false;
+  // backward's hidden and trunk phases, and ∂h never stored. H100, B = 256 (BM_StepAuxRide
+  // ride 13 against 10, thirty-fourth session): IQN alone 205.6 µs a step against 210.6, every
+  // auxiliary 277.5 against 284.9.
+  bool rider_modulation_in_product = true;
   // Auxiliaries named here keep their own launch plans though they could ride (to measure what
   // each rider gains).
   std::vector<std::string> ride_except;
