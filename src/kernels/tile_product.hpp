@@ -4,7 +4,8 @@
 // with each operand either k-contiguous (activations, W [out, in]) or row-contiguous (the
 // transposes a backward pass reads), staged chunk by chunk through team scratch and multiplied
 // by WarpTile (TF32 tensor cores on CUDA, FP32 loops on the host). The epilogue adds a bias,
-// applies the ReLU or a ReLU mask, and can also give each row's sum of A (a bias gradient).
+// applies the ReLU or a ReLU mask, and can also give each row's sum of A (a bias gradient), or
+// scale each value by its row group's factor and sum each group's rows (IQN's modulation backward).
 // One kernel shape serves the forward (x·Wᵀ + b), the input gradients (dz·W, masked) and the
 // weight gradients (dzᵀ·x with the bias gradient beside it).
 #pragma once
@@ -50,7 +51,7 @@ struct ProductJob {
   // column, Σ over the group's rows, in row order, of the product times mask[row, col] (∂f = Σ_n
   // ∂h · φ), stored at group_sums[(row / group)·group_sums_ld + col], or 0 where group_relu and
   // scale[row / group, col] <= 0 (through the ReLU that made f). Each tile must hold whole groups
-  // (group divides the tile's rows): FusedBuilder::product refuses a job that does not.
+  // (group divides the tile's rows): FusedBuilder::build refuses a job that does not.
   const float* scale = nullptr;
   std::int64_t scale_ld = 0;
   int group = 1;
