@@ -1071,7 +1071,11 @@ TEST(FusedC51, AuxiliariesRideTheKernelsPhasesAndTheirGradientsAreTheirLaunchPla
   ensemble["ensemble"] = {{"k", 2}};
   iqn["iqn"] = {{"n_tau", 3}, {"embed_dim", 4}};
   iqn_split["iqn"] = {{"n_tau", 16}, {"embed_dim", 8}};  // B·N = 336 rows: 11 k chunks, split in two
-  for (const auto& j : {cql, ensemble, iqn, iqn_split, with_every_auxiliary(small_net(seed))}) {
+  // Every auxiliary with n_tau 8, as the reference config: IQN's modulation backward in the ∂h
+  // tiles beside every other rider's products (168 rows: the last tile holds one sample).
+  auto every8 = with_every_auxiliary(small_net(seed));
+  every8["iqn"]["n_tau"] = 8;
+  for (const auto& j : {cql, ensemble, iqn, iqn_split, with_every_auxiliary(small_net(seed)), every8}) {
     SCOPED_TRACE(j.dump());
     const auto c = zs::Config::from_json(j);
     auto rides = fused_options(B, zs::PhasedMode::launches, 0), own = rides;
