@@ -394,6 +394,21 @@ TEST(TileProduct, BadJobsAreClearErrors) {
     EXPECT_NE(zs::test::error_of([&] { b.build({}, 0, bad); }).find("tiles of 32 × 16 in " + std::to_string(stages)),
               std::string::npos);
   }
+  // A product in groups of rows (IQN's modulation backward) needs whole groups in every tile, a
+  // scale, and a mask beside its group sums.
+  for (const int kind : {0, 1}) {
+    zs::FusedBuilder grouped;
+    grouped.phase();
+    ProductJob g = j;
+    g.scale = out.data();
+    g.group = kind == 0 ? 3 : 4;
+    if (kind == 1) g.group_sums = out.data();
+    grouped.product(g, {{{out.data(), 4, 1}, {out.data(), 4, 1}, 4}});
+    const std::string want = kind == 0 ? "a product of [4, 4] in groups of 3 rows; expected groups that divide the "
+                                         "tiles' 32 rows, a scale, and a mask beside the group sums"
+                                       : "in groups of 4 rows without its mask; expected";
+    EXPECT_NE(zs::test::error_of([&] { grouped.build({}, 0, {}); }).find(want), std::string::npos) << want;
+  }
   // The items ride in the kernel's parameters, which have room for kFusedMaxItems.
   zs::FusedBuilder many;
   many.phase();
