@@ -242,6 +242,28 @@ BENCHMARK(BM_StepFusedBias)
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 
+// The graph-replayed step of the launch plans with options the H200 has yet to judge, one bit
+// each: 1 the heads' hidden layers' bias and ReLU in their products (heads_bias), 2 the heads'
+// shares of ∂loss/∂features added by their products (features_in_products). The trunk's bias
+// is in its products in every case (fused_bias, the CUDA default). Args: options, batch, trunk
+// width, head width.
+void BM_StepPlanOptions(benchmark::State& state) {
+  const zs::Config c = bench_config(static_cast<int>(state.range(2)), static_cast<int>(state.range(3)));
+  zs::TrainerOptions opt;
+  opt.fused_step = false;
+  opt.fused_bias = true;
+  opt.heads_bias = (state.range(0) & 1) != 0;
+  opt.features_in_products = (state.range(0) & 2) != 0;
+  opt.batch_size = static_cast<int>(state.range(1));
+  time_steps(state, c, opt, 20);
+}
+BENCHMARK(BM_StepPlanOptions)
+    ->ArgNames({"options", "B", "width", "heads"})
+    ->ArgsProduct({{0, 1, 2, 3}, {4096}, {512}, {256}})
+    ->ArgsProduct({{0, 3}, {256}, {256}, {128}})
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
+
 // The graph-replayed step with the guard's and the terms' mailbox posts beside the update (1) or
 // between the gradient norm and the update (0), and with posts so rare that none is timed (2:
 // what the posts cost at all). Args: posts, batch, trunk width, head width, auxiliaries (7 or 0).

@@ -252,6 +252,24 @@ TEST(NetworkPlan, ForwardAndBackwardEqualNetworksPerLayerPasses) {
   EXPECT_EQ(fwd.launches(), 3 * 2 + 2 + 4 + 1);
   // Backward: 2 × 4 output batches + bias sums + hidden 2 + trunk 3 × 3 − 1.
   EXPECT_EQ(bwd.launches(), 2 * 4 + 1 + 2 + 3 * 3 - 1);
+
+  // The heads' shares of ∂loss/∂features added by their products (features_in_products): five
+  // products, each adding into what the last wrote, instead of one batch of five shares.
+  zs::Gradients g2(c, B);
+  fill(g2.d_value_out, seed + 4, 1.f);
+  fill(g2.d_branch_out, seed + 5, 1.f);
+  zs::ParamBuffer grad2(layout, "grad2");
+  const zs::BackwardPlan summed(net, online, s, on_ref, g2, grad2, true);
+  EXPECT_EQ(summed.launches(), bwd.launches() - 1 + 5);
+  summed.enqueue(exec, gemm);
+  stream.synchronize();
+  const auto got2 = to_host(grad2.flat());
+  for (const auto& t : layout.tensors()) {
+    std::vector<float> a(got2.begin() + t.offset, got2.begin() + t.offset + t.size());
+    std::vector<double> b(want.begin() + t.offset, want.begin() + t.offset + t.size());
+    EXPECT_LT(max_rel(a, b), 1e-5) << t.name << ", summed in the products";
+  }
+  EXPECT_LT(max_rel(to_host(g2.d_trunk.back()), as_double(to_host(g.d_trunk.back()))), 1e-5);
 }
 
 TEST(NetworkPlan, PassesThatDoNotFitAreRefused) {
@@ -384,6 +402,66 @@ TEST(NetworkPlan, FusedBiasMatchesThePerLayerPassesWithAndWithoutASideLane) {
   for (int r = 0; r < 2; ++r) {
     fill(x.states, seed + 10 + r, 1.f);
     fill(x.target.flat(), seed + 20 + r, 0.4f);
+    x.stream.synchronize();
+    graph.replay(x.stream);
+    compare("replayed from a graph");
+  }
+}
+
+// The heads' hidden layers with their bias and ReLU in the products too (heads_bias): a product
+// per head for the online net's two passes together and one for the target's, instead of one
+// batch over every head and pass and a bias pass. The same values as the plain plan to rounding
+// (hidden activations and log-probabilities), the same bits with and without a side lane,
+// enqueued directly and replayed from a captured graph with new inputs.
+TEST(NetworkPlan, HeadsBiasInProductsMatchesThePlainPlan) {
+  const auto seed = zs::test::fresh_seed();
+  SCOPED_TRACE(testing::Message() << "seed " << seed);
+  PlanSetup x(seed, 13);
+  const int B = x.B, heads = 1 + static_cast<int>(x.c.branches.size());
+  const auto& exec = x.stream.exec();
+  const zs::SideLane side(x.stream, zs::Precision::fp32);
+  zs::Activations on(x.c, 2 * B), tg(x.c, B), on_side(x.c, 2 * B), tg_side(x.c, B), on_ref(x.c, 2 * B),
+      tg_ref(x.c, B);
+  const zs::ForwardPlan fused(x.net, {{&x.online, x.s, &on, 0}, {&x.online, x.s2, &on, B}, {&x.target, x.s2, &tg, 0}},
+                              true, true);
+  const zs::ForwardPlan fused_side(
+      x.net, {{&x.online, x.s, &on_side, 0}, {&x.online, x.s2, &on_side, B}, {&x.target, x.s2, &tg_side, 0}}, true,
+      true);
+  const zs::ForwardPlan plain(x.net,
+                              {{&x.online, x.s, &on_ref, 0}, {&x.online, x.s2, &on_ref, B}, {&x.target, x.s2, &tg_ref, 0}});
+  // The heads' batch and bias pass become a product per head for each of the two runs (online
+  // pair, target); they stay on the main stream.
+  EXPECT_EQ(fused.launches(), plain.launches() - 2 + 2 * heads);
+  EXPECT_EQ(fused_side.side_launches(), 3 + plain.side_launches());
+
+  auto run = [&] {
+    fused.enqueue(exec, x.gemm);
+    fused_side.enqueue(exec, x.gemm, &side);
+    plain.enqueue(exec, x.gemm);
+  };
+  auto compare = [&](const char* how) {
+    x.stream.synchronize();
+    for (const auto& [a, a_side, ref] : {std::tie(on, on_side, on_ref), std::tie(tg, tg_side, tg_ref)}) {
+      EXPECT_TRUE(zs::test::same_bits(to_host(a.logp), to_host(a_side.logp))) << how;
+      EXPECT_TRUE(zs::test::same_bits(to_host(a.value_hidden), to_host(a_side.value_hidden))) << how;
+      EXPECT_LT(max_rel(to_host(a.logp), as_double(to_host(ref.logp))), 1e-5) << how;
+      EXPECT_LT(max_rel(to_host(a.value_hidden), as_double(to_host(ref.value_hidden))), 1e-5) << how;
+      for (std::size_t k = 0; k < a.branch_hidden.size(); ++k)
+        EXPECT_LT(max_rel(to_host(a.branch_hidden[k]), as_double(to_host(ref.branch_hidden[k]))), 1e-5)
+            << how << ", branch " << k;
+    }
+    const auto relu = to_host(tg.branch_hidden.back());
+    EXPECT_GT(std::count(relu.begin(), relu.end(), 0.f), 0) << "the ReLU must have cut something";
+    EXPECT_GT(*std::max_element(relu.begin(), relu.end()), 0.f);
+  };
+  run();
+  compare("enqueued directly");
+  zs::Graph graph;
+  graph.capture(x.stream, run);
+  for (int r = 0; r < 2; ++r) {
+    fill(x.states, seed + 10 + r, 1.f);
+    fill(x.online.flat(), seed + 20 + r, 0.4f);
+    fill(x.target.flat(), seed + 30 + r, 0.4f);
     x.stream.synchronize();
     graph.replay(x.stream);
     compare("replayed from a graph");

@@ -181,29 +181,38 @@ TEST(Trainer, GraphReplayEqualsDirectLaunch) {
 }
 
 // The trunk's bias and ReLU inside its products (cuBLASLt epilogues on CUDA; the online net's two
-// passes as one product, the target's on the side lane): graph replay equals direct launch bit
-// for bit, and the first step's loss is the plain step's to rounding.
+// passes as one product, the target's on the side lane), and the heads' hidden layers' too, and
+// the features' gradient summed in the products: graph replay equals direct launch bit for bit,
+// and the first step's loss is the plain step's to rounding.
 TEST(Trainer, FusedBiasReplaysBitForBitAndMatchesThePlainStep) {
   const auto seed = zs::test::fresh_seed();
   SCOPED_TRACE(testing::Message() << "seed " << seed);
   const auto c = small_config(seed);
-  zs::TrainerOptions fused, plain;
-  fused.batch_size = plain.batch_size = 16;
-  fused.fused_bias = true;
-  plain.fused_bias = false;
-  zs::Trainer graph(c, fused), direct(c, fused), reference(c, plain);
-  zs::test::step_on_same_batches(graph, reference, 1, seed + 100, step_both);
-  const auto mf = graph.metrics(), mp = reference.metrics();
-  ASSERT_TRUE(mf && mp);
-  EXPECT_NEAR(mf->raw_loss, mp->raw_loss, 1e-5 * std::max(1.0, std::abs(double(mp->raw_loss))));
-  zs::Trainer graph2(c, fused);
-  zs::test::step_on_same_batches(graph2, direct, 6, seed + 200, [](zs::Trainer& g, zs::Trainer& d) {
-    g.step();
-    d.step_direct();
-  });
-  EXPECT_TRUE(graph2.graph_recorded());
-  EXPECT_TRUE(zs::test::same_bits(host_copy(graph2.online().flat()), host_copy(direct.online().flat())));
-  EXPECT_TRUE(zs::test::same_bits(host_copy(graph2.target().flat()), host_copy(direct.target().flat())));
+  // 0: the trunk's; 1: the heads' hidden layers' too; 3: and the heads' shares of ∂loss/∂features
+  // added in their products (features_in_products).
+  for (const int variant : {0, 1, 3}) {
+    SCOPED_TRACE(testing::Message() << "variant " << variant);
+    zs::TrainerOptions fused, plain;
+    fused.batch_size = plain.batch_size = 16;
+    fused.fused_step = plain.fused_step = false;  // the launch plans' options (CUDA fuses B = 16)
+    fused.fused_bias = true;
+    fused.heads_bias = (variant & 1) != 0;
+    fused.features_in_products = (variant & 2) != 0;
+    plain.fused_bias = false;
+    zs::Trainer graph(c, fused), direct(c, fused), reference(c, plain);
+    zs::test::step_on_same_batches(graph, reference, 1, seed + 100, step_both);
+    const auto mf = graph.metrics(), mp = reference.metrics();
+    ASSERT_TRUE(mf && mp);
+    EXPECT_NEAR(mf->raw_loss, mp->raw_loss, 1e-5 * std::max(1.0, std::abs(double(mp->raw_loss))));
+    zs::Trainer graph2(c, fused);
+    zs::test::step_on_same_batches(graph2, direct, 6, seed + 200, [](zs::Trainer& g, zs::Trainer& d) {
+      g.step();
+      d.step_direct();
+    });
+    EXPECT_TRUE(graph2.graph_recorded());
+    EXPECT_TRUE(zs::test::same_bits(host_copy(graph2.online().flat()), host_copy(direct.online().flat())));
+    EXPECT_TRUE(zs::test::same_bits(host_copy(graph2.target().flat()), host_copy(direct.target().flat())));
+  }
 }
 
 // Trains one trainer with each of two options on the same six batches (graph steps) and expects

@@ -76,7 +76,8 @@ std::vector<std::vector<int>> by_width(const std::vector<Head>& heads) {
 
 }  // namespace
 
-ForwardPlan::ForwardPlan(const Network& net, const std::vector<ForwardPass>& passes, bool fused_bias) {
+ForwardPlan::ForwardPlan(const Network& net, const std::vector<ForwardPass>& passes, bool fused_bias,
+                         bool heads_bias) {
   const Config& c = net.config();
   require(!passes.empty(), "ForwardPlan: 0 passes given; expected at least 1");
   const int R = static_cast<int>(passes[0].input.extent(0)), T = static_cast<int>(c.trunk.size());
@@ -154,7 +155,7 @@ ForwardPlan::ForwardPlan(const Network& net, const std::vector<ForwardPass>& pas
   for (const ForwardPass& x : passes)
     heads.push_back({x.params, row(x.acts->trunk[T - 1], x.row0, F), net.main_heads(), x.acts->heads(), x.row0});
   const std::size_t first_head_op = ops_.size();
-  add_heads(net, heads, R);
+  add_heads(net, heads, R, heads_bias);
   if (trunk_on_side) ops_[first_head_op].joins = true;  // the heads read every pass's features
 }
 
@@ -174,9 +175,10 @@ ForwardPlan::ForwardPlan(const Network& net, const ParamBuffer& params, const Co
   add_heads(net, heads, R);
 }
 
-// The head sets of every pass: hidden layers as one GEMM batch, output layers as one batch per
-// width, bias/ReLU as table launches, then the dueling/log-softmax once per distinct logp.
-void ForwardPlan::add_heads(const Network& net, const std::vector<HeadPass>& passes, int R) {
+// The head sets of every pass: hidden layers as one GEMM batch and a bias/ReLU table launch (or,
+// bias_in_products, a product with the bias epilogue per head and run of passes), output layers
+// as one batch per width, then the dueling/log-softmax once per distinct logp.
+void ForwardPlan::add_heads(const Network& net, const std::vector<HeadPass>& passes, int R, bool bias_in_products) {
   const Config& c = net.config();
   const int H = c.head_hidden;
   auto row = [](const DeviceFloats& f, int row0, int cols) { return f.data() + static_cast<std::size_t>(row0) * cols; };
@@ -188,7 +190,41 @@ void ForwardPlan::add_heads(const Network& net, const std::vector<HeadPass>& pas
     return x.acts.branch_out.data() + net.table().block(x.acts.rows, c.atoms, h.branch) +
            static_cast<std::size_t>(x.row0) * h.width;
   };
-  {
+  if (bias_in_products) {
+    // Runs of passes one product covers: the same parameters and head activations, adjacent
+    // rows and adjacent features (the online net on s and s′). A product per head and run, its
+    // bias and ReLU in the epilogue: no pass over every head's rows after the batch.
+    std::vector<std::vector<std::size_t>> runs;
+    for (std::size_t p = 0; p < passes.size(); ++p) {
+      if (!runs.empty()) {
+        const HeadPass& prev = passes[runs.back().back()];
+        const HeadPass& x = passes[p];
+        if (x.params == prev.params && x.acts.value_hidden.data() == prev.acts.value_hidden.data() &&
+            x.row0 == prev.row0 + R && x.features == prev.features + static_cast<std::size_t>(R) * c.trunk.back()) {
+          runs.back().push_back(p);
+          continue;
+        }
+      }
+      runs.push_back({p});
+    }
+    for (const auto& run : runs) {
+      const HeadPass& x = passes[run.front()];
+      for (const Head& h : heads_of(net, x.set)) {
+        GemmBias p;
+        p.ta = Trans::N;
+        p.tb = Trans::T;
+        p.m = R * static_cast<int>(run.size());
+        p.n = H;
+        p.k = c.trunk.back();
+        p.a = x.features;
+        p.b = x.params->weight(h.hidden).data();
+        p.c = hidden_of(x, h);
+        p.bias = x.params->bias(h.hidden).data();
+        p.relu = true;
+        ops_.push_back({[p](const ExecSpace&, const Gemm& gemm) { gemm(p); }, false, false});
+      }
+    }
+  } else {
     std::vector<GemmEntry> g;
     std::vector<BiasActEntry> b;
     for (const HeadPass& x : passes)
@@ -247,13 +283,13 @@ void ForwardPlan::enqueue(const ExecSpace& exec, const Gemm& gemm, const SideLan
 int ForwardPlan::side_launches() const { return count_side(ops_); }
 
 BackwardPlan::BackwardPlan(const Network& net, const ParamBuffer& p, const ConstMatrixView& input,
-                           const Activations& acts, Gradients& g, const ParamBuffer& grad)
+                           const Activations& acts, Gradients& g, const ParamBuffer& grad, bool features_in_products)
     : BackwardPlan(net, p, input, acts, {{net.main_heads(), acts.heads(), g.d_value_out.data(), g.d_branch_out.data()}},
-                   g, grad) {}
+                   g, grad, features_in_products) {}
 
 BackwardPlan::BackwardPlan(const Network& net, const ParamBuffer& p, const ConstMatrixView& input,
                            const Activations& acts, const std::vector<HeadSetGrads>& sets, Gradients& g,
-                           const ParamBuffer& grad) {
+                           const ParamBuffer& grad, bool features_in_products) {
   const Config& c = net.config();
   const int B = g.rows, T = static_cast<int>(c.trunk.size()), F = c.trunk.back(), H = c.head_hidden;
   require(B <= acts.rows, "BackwardPlan: ", B, " gradient rows but only ", acts.rows, " activation rows");
@@ -276,7 +312,9 @@ BackwardPlan::BackwardPlan(const Network& net, const ParamBuffer& p, const Const
   }
   const int n_heads = static_cast<int>(heads.size());
   d_hidden_ = DeviceFloats("zs::plan::d_hidden", static_cast<std::size_t>(n_heads) * B * H);
-  d_features_ = DeviceFloats("zs::plan::d_features", static_cast<std::size_t>(n_heads) * B * F);
+  // Summed in the products, one matrix; else one a head, summed by the trunk's mask launch.
+  const bool summed = features_in_products && n_heads > 1;
+  d_features_ = DeviceFloats("zs::plan::d_features", static_cast<std::size_t>(summed ? 1 : n_heads) * B * F);
   auto hidden_of = [](const Head& h) { return h.hidden_act; };
   auto d_out_of = [](const Head& h) { return h.d_out; };
   auto d_hidden_of = [&](int i) { return d_hidden_.data() + static_cast<std::size_t>(i) * B * H; };
@@ -313,7 +351,13 @@ BackwardPlan::BackwardPlan(const Network& net, const ParamBuffer& p, const Const
         x.push_back({d_hidden_of(i), p.weight(heads[i].hidden).data(), d_features_.data() + static_cast<std::size_t>(i) * B * F});
       }
       ops_.push_back(gemm_op(GemmBatch(Trans::T, Trans::N, H, F, B, 1.f, 0.f, w), true));
-      ops_.push_back(gemm_op(GemmBatch(Trans::N, Trans::N, B, F, H, 1.f, 0.f, x)));
+      if (summed) {
+        for (int i = 0; i < n_heads; ++i)
+          ops_.push_back(gemm_op(GemmBatch(Trans::N, Trans::N, B, F, H, 1.f, i == 0 ? 0.f : 1.f,
+                                           {{d_hidden_of(i), p.weight(heads[i].hidden).data(), d_features_.data()}})));
+      } else {
+        ops_.push_back(gemm_op(GemmBatch(Trans::N, Trans::N, B, F, H, 1.f, 0.f, x)));
+      }
     }
   }
   // Trunk, top down. The top layer's mask kernel also adds up the heads' shares.
@@ -321,7 +365,8 @@ BackwardPlan::BackwardPlan(const Network& net, const ParamBuffer& p, const Const
     const int out = c.trunk[i], in = i == 0 ? c.state_dim : c.trunk[i - 1];
     float* dz = g.d_trunk[i].data();
     ColumnSumEntry e{dz, 0, 1, acts.trunk[i].data(), dz, grad.bias(i).data(), out};
-    if (i == T - 1 && n_heads > 0) e.parts = d_features_.data(), e.part_stride = static_cast<std::int64_t>(B) * F, e.n_parts = n_heads;
+    if (i == T - 1 && n_heads > 0)
+      e.parts = d_features_.data(), e.part_stride = static_cast<std::int64_t>(B) * F, e.n_parts = summed ? 1 : n_heads;
     kernels::ColumnSumLaunch<ExecSpace> mask({e}, B);
     ops_.push_back({[mask](const ExecSpace& exec, const Gemm&) { mask(exec); }});
     const float* x = i == 0 ? input.data() : acts.trunk[i - 1].data();

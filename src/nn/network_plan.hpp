@@ -72,7 +72,10 @@ class ForwardPlan {
   // epilogues on CUDA) instead of a separate pass over the activations. Adjacent passes of the
   // same parameters into adjacent rows (the online net on s and on s′) are one product; passes
   // of other parameters than the first pass's (the target net) run on the side lane.
-  ForwardPlan(const Network& net, const std::vector<ForwardPass>& passes, bool fused_bias = false);
+  // heads_bias: the heads' hidden layers the same way, a product per head and run of passes
+  // (on the main stream) instead of one batch and a bias pass over every head's rows.
+  ForwardPlan(const Network& net, const std::vector<ForwardPass>& passes, bool fused_bias = false,
+              bool heads_bias = false);
   // Head sets only (e.g. the ensemble's members), each into its own HeadActs, on `features`
   // [rows, trunk.back()] with `params`; every HeadActs has `rows` rows.
   ForwardPlan(const Network& net, const ParamBuffer& params, const ConstMatrixView& features,
@@ -93,7 +96,7 @@ class ForwardPlan {
     HeadActs acts;
     int row0;  // first row of acts this pass writes
   };
-  void add_heads(const Network& net, const std::vector<HeadPass>& passes, int rows);
+  void add_heads(const Network& net, const std::vector<HeadPass>& passes, int rows, bool bias_in_products = false);
   std::vector<PlanOp> ops_;
 };
 
@@ -112,12 +115,16 @@ class BackwardPlan {
   // `input`), from g.d_value_out and g.d_branch_out into `grad` (every tensor overwritten),
   // like Network::backward. Uses g.d_trunk and its own scratch.
   BackwardPlan(const Network& net, const ParamBuffer& params, const ConstMatrixView& input, const Activations& acts,
-               Gradients& g, const ParamBuffer& grad);
+               Gradients& g, const ParamBuffer& grad, bool features_in_products = false);
   // Several head sets on the one trunk (e.g. the ensemble's members), all into `grad`; the
   // trunk gets the sum of their input gradients; acts supplies the trunk activations. With no
   // head sets, the trunk alone, from ∂loss/∂features already in g.d_trunk.back().
+  // features_in_products: the heads' shares of ∂loss/∂features are added by their products, one
+  // after another into one matrix (each adds into what the last wrote), instead of a matrix a
+  // head that the trunk's mask launch reads and adds up.
   BackwardPlan(const Network& net, const ParamBuffer& params, const ConstMatrixView& input, const Activations& acts,
-               const std::vector<HeadSetGrads>& sets, Gradients& g, const ParamBuffer& grad);
+               const std::vector<HeadSetGrads>& sets, Gradients& g, const ParamBuffer& grad,
+               bool features_in_products = false);
   // With a side lane, every weight gradient runs on the side: only the chain of input gradients,
   // masks and bias sums stays on the main stream.
   void enqueue(const ExecSpace& exec, const Gemm& gemm, const SideLane* side = nullptr) const;
@@ -127,7 +134,7 @@ class BackwardPlan {
 
  private:
   DeviceFloats d_hidden_;    // [heads][rows][head_hidden]: ∂loss/∂(post-ReLU hidden) per head
-  DeviceFloats d_features_;  // [heads][rows][trunk.back()]: each head's share of ∂loss/∂features
+  DeviceFloats d_features_;  // [heads][rows][trunk.back()]: each head's share of ∂loss/∂features (or their sum)
   std::vector<PlanOp> ops_;
 };
 

@@ -66,7 +66,7 @@ Trainer::Trainer(const Config& config, const TrainerOptions& options)
       ctx_{config_,      layout_, net_, online_,   target_,
            batch_,       acts_online_, acts_target_, c51_, buffers_,
            options.group ? std::int64_t{options.group->rank()} * options.batch_size : 0, side_.get(),
-           fused_ ? &options_.fused : nullptr},
+           fused_ ? &options_.fused : nullptr, options.features_in_products},
       optimizer_(config_, layout_),
       guard_(options.guard),
       unit_scale_("zs::unit_scale"),
@@ -123,7 +123,7 @@ Trainer::Trainer(const Config& config, const TrainerOptions& options)
         net_, std::vector<ForwardPass>{{&online_, batch_.states(), &acts_online_, 0},
                                        {&online_, batch_.next_states(), &acts_online_, options.batch_size},
                                        {&target_, batch_.next_states(), &acts_target_, 0}},
-        options.fused_bias);
+        options.fused_bias, options.heads_bias);
   init_params(config_.seed);
 }
 

@@ -54,6 +54,15 @@ struct TrainerOptions {
   // the side lane. By default where it wins (kBiasInProducts): on CUDA, where the H200 step is
   // 3.5 % faster at B = 256 and 5 % at 4096 / 512 / 256 (BM_StepFusedBias), not on the host.
   bool fused_bias = kBiasInProducts;
+  // The heads' hidden layers too (ForwardPlan's heads_bias): a product with the bias and ReLU
+  // epilogue per head and run of passes, instead of one batch of every head and pass and a bias
+  // pass over their rows. Off until the H200 says (BM_StepFusedBias, fused 2).
+  bool heads_bias = false;
+  // The launch plans' backward adds the heads' shares of ∂loss/∂features in the products that
+  // form them (one after another, each adding into the last: BackwardPlan's
+  // features_in_products) instead of writing a share a head for the trunk's mask launch to add
+  // up. Off until the H200 says (BM_StepFeaturesInProducts).
+  bool features_in_products = false;
   // The guard's and the loss terms' mailbox posts (each two system-scope fences) on the side lane
   // beside the optimizer's update, instead of between the gradient norm and the update; needs
   // side_lane. On: the H200 step at B = 256 took 127.4 µs against 130.8 with the posts between
