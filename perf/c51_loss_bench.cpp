@@ -1,7 +1,8 @@
 // µs per C51 loss launch (a*, projection, cross-entropy and the head's gradient for B samples) at
 // the reference head (branches {5, 3, 3}, 51 atoms), as graph replays, with 1 or 2 team threads
 // (device warps) a branch, or the kernel's own choice (0): the measurement behind
-// kernels::kC51WarpsPerBranch.
+// kernels::kC51WarpsPerBranch; and the projection's gather from every source against the
+// narrow one (C51Loss::narrow_gather).
 #include <benchmark/benchmark.h>
 
 #include <cmath>
@@ -13,7 +14,8 @@
 
 namespace {
 
-// Args: warps a branch (0: automatic), samples.
+// Args: warps a branch (0: automatic), samples, gather (1: each target atom from the sources
+// near it, the default; 0: from every source).
 void BM_C51Loss(benchmark::State& state) {
   const int B = static_cast<int>(state.range(1)), atoms = 51;
   const auto table = zs::kernels::BranchTable::of({5, 3, 3});
@@ -52,14 +54,20 @@ void BM_C51Loss(benchmark::State& state) {
   f.table = table;
   f.sup = {-10.f, 10.f, 0.97f, atoms};
   f.parts = static_cast<int>(state.range(0));
+  f.narrow_gather = state.range(2) != 0;
+  // A terminal sample in eight: its sources all land on one point, the narrow gather's worst case.
+  auto h_dones = Kokkos::create_mirror_view(dones);
+  for (int i = 0; i < B; ++i) h_dones(i) = i % 8 == 7 ? 1.f : 0.f;
+  Kokkos::deep_copy(dones, h_dones);
   zs::Stream stream;
   zs::Graph graph;
   // The first (warm-up) call runs the launch directly and records it; every later one replays.
   zs::bench::time_on_stream(state, stream, [&] { graph.run(stream, [&] { zs::kernels::c51_loss(stream.exec(), f, loss); }); });
 }
 BENCHMARK(BM_C51Loss)
-    ->ArgNames({"warps", "B"})
-    ->ArgsProduct({{1, 2, 0}, {256, 1024, 4096}})
+    ->ArgNames({"warps", "B", "gather"})
+    ->ArgsProduct({{1, 2, 0}, {256, 1024, 4096}, {1}})
+    ->ArgsProduct({{0}, {256, 4096}, {0}})
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 

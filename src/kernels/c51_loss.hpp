@@ -32,7 +32,38 @@ struct Support {
     const float b = (tz - v_min) / delta();
     return b != b ? 0.f : b;
   }
+  // Whether position(reward, done, ·) is nondecreasing in the atom: its shift γⁿ(1 − done) is
+  // not negative (every float step of position() is monotone then; NaN gives false).
+  KOKKOS_INLINE_FUNCTION bool ascending(float done) const { return gamma_n * (1.f - done) >= 0.f; }
 };
+
+// Target atom j's projected mass from source atoms at positions pos[0, Z) with probabilities
+// prob: Σ_l prob_l·(1 − |pos_l − j|) over the sources within one atom of j, in source order.
+// With `ascending` positions (Support::ascending) a binary search skips the sources two or
+// more atoms below j and the walk stops at the first two or more above: the same terms in the
+// same order, so the same bits, for a few loads instead of Z (a terminal sample, all sources on
+// one point, still walks them all).
+KOKKOS_INLINE_FUNCTION float gather_mass(const float* pos, const float* prob, int Z, int j, bool ascending) {
+  const float fj = static_cast<float>(j);
+  int l = 0;
+  if (ascending) {
+    int hi = Z;  // the first source with pos > j − 2
+    while (l < hi) {
+      const int mid = (l + hi) / 2;
+      if (pos[mid] > fj - 2.f)
+        hi = mid;
+      else
+        l = mid + 1;
+    }
+  }
+  float m = 0.f;
+  for (; l < Z; ++l) {
+    if (ascending && pos[l] >= fj + 2.f) break;
+    const float w = 1.f - ::fabsf(pos[l] - fj);
+    if (w > 0.f) m += prob[l] * w;
+  }
+  return m;
+}
 
 // Device warps per branch in the loss (1 or 2), and the most warps a launch may have with two: a
 // sample's chain is what a small batch waits for, so two warps halve it while the GPU has room,
@@ -64,6 +95,9 @@ struct C51Loss {
   KOKKOS_INLINE_FUNCTION float position(int i, int j) const { return sup.position(rewards(i), dones(i), j); }
 
   int q_group = 1;  // device: actions whose Q terms a warp holds in scratch at once (c51_loss sets it)
+  // Device: each target atom gathers only from the sources near it (gather_mass; the same bits);
+  // false: from every source (what BM_C51Loss compares against).
+  bool narrow_gather = true;
   // Team threads (device warps) per branch, each with a share of its actions and atoms; 0 lets
   // c51_loss choose (tests set it to hold every split to one reference).
   int parts = 0;
@@ -209,15 +243,9 @@ struct C51Loss {
       } else if (!host) {
         const float* const pos = source_of + k * 2 * atoms;
         const float* const prob = pos + atoms;
+        const bool ascending = narrow_gather && sup.ascending(dones(i));
         Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, j1 - j0), [&](const int t) {
-          const int j = j0 + t;
-          float m = 0.f;
-          if (finite_inputs)
-            for (int l = 0; l < atoms; ++l) {
-              const float w = 1.f - ::fabsf(pos[l] - static_cast<float>(j));
-              if (w > 0.f) m += prob[l] * w;
-            }
-          projected(i, k, j) = m;
+          projected(i, k, j0 + t) = finite_inputs ? gather_mass(pos, prob, atoms, j0 + t, ascending) : 0.f;
         });
       }
       const int taken = actions(i, k);
