@@ -385,6 +385,22 @@ BENCHMARK(BM_StepAuxRide)
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 
+// The fused step at B = 256 with the C51 loss's projection gathering from every source atom (0)
+// or only from those near each target atom (1: FusedOptions::narrow_gather; the same bits).
+// Args: aux (BM_StepAux's mask), gather.
+void BM_StepNarrowGather(benchmark::State& state) {
+  const zs::Config c = with_auxiliaries(static_cast<int>(state.range(0)));
+  zs::TrainerOptions opt;
+  opt.fused_step = true;
+  opt.fused.narrow_gather = state.range(1) != 0;
+  time_fused_steps(state, c, opt);
+}
+BENCHMARK(BM_StepNarrowGather)
+    ->ArgNames({"aux", "gather"})
+    ->ArgsProduct({{0, 7}, {0, 1}})
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
+
 // The graph-replayed step without (reduce 0) and with (1) the all-reduce of the terms' gradients
 // and losses, at B = 256 per rank and the reference net (aux 7: every auxiliary on) and at the
 // large config (B = 4096 per rank, trunk 512, heads 256). Alone, the all-reduce runs over a group

@@ -1474,3 +1474,31 @@ TEST(FusedC51, ConfigsOutOfItsReachRunTheLaunchPlansAndSayWhy) {
   EXPECT_FALSE(zs::fused_supports(cw, {}, &why));
   EXPECT_NE(why.find("runs of tiles; it takes at most"), std::string::npos) << why;
 }
+
+// The loss's projection gathering only from the source atoms near each target atom
+// (FusedOptions::narrow_gather) sums the same terms in the same order as the walk over every
+// source: three graph steps on the same batches (a fifth of them terminal) leave every bit of
+// both nets, the loss and the projected targets alike.
+TEST(FusedC51, TheNarrowGatherChangesNoBit) {
+  const auto seed = zs::test::fresh_seed();
+  SCOPED_TRACE(testing::Message() << "seed " << seed);
+  const auto c = zs::Config::from_json(small_net(seed));
+  auto narrow = fused_options(37), full = fused_options(37);
+  narrow.fused.narrow_gather = true;
+  full.fused.narrow_gather = false;
+  zs::Trainer a(c, narrow), b(c, full);
+  ASSERT_TRUE(a.fused() && b.fused()) << a.fused_off_reason();
+  zs::test::step_on_same_batches(a, b, 3, seed + 7, [](zs::Trainer& x, zs::Trainer& y) {
+    x.step();
+    y.step();
+  });
+  EXPECT_TRUE(zs::test::same_bits(host_copy(a.online().flat()), host_copy(b.online().flat())));
+  EXPECT_TRUE(zs::test::same_bits(host_copy(a.target().flat()), host_copy(b.target().flat())));
+  EXPECT_TRUE(zs::test::same_bits(to_host(a.loss().projected), to_host(b.loss().projected)));
+  float la = 0, lb = 0;
+  Kokkos::deep_copy(la, a.loss().loss);
+  Kokkos::deep_copy(lb, b.loss().loss);
+  EXPECT_EQ(la, lb);
+  const auto m = to_host(a.loss().projected);
+  EXPECT_GT(*std::max_element(m.begin(), m.end()), 0.f) << "a projection of zeros tests nothing";
+}

@@ -39,6 +39,9 @@ struct C51BranchLoss {
   // Both gradients' rows are rounded up to a multiple of `pad` floats (1: BranchTable's dense
   // layout): the fused step pads them to 4 so that its products stage them 16 bytes at a time.
   int pad = 1;
+  // Each target atom gathers only from the sources near it (gather_mass; the same bits), not
+  // from every source (FusedOptions::narrow_gather).
+  bool narrow_gather = false;
   // The dueling head's inputs and outputs for head_branch(): the output layers' results (their
   // biases already added) of the online net on s and s′ (2B rows: s, then s′) and of the target
   // net on s′ (B rows), and where their log-probabilities go (logp_online's and logp_target's
@@ -196,14 +199,10 @@ struct C51BranchLoss {
     });
     team.team_barrier();
     // 3. Categorical projection by gathering: target atom j takes p_l·(1 − |b_l − j|) from every
-    // source atom within one atom of it (no atomics).
+    // source atom within one atom of it (no atomics; gather_mass).
+    const bool ascending = narrow_gather && sup.ascending(dones(i));
     Kokkos::parallel_for(Kokkos::TeamVectorRange(team, Z), [&](const int j) {
-      float mj = 0.f;
-      if (finite_inputs)
-        for (int l = 0; l < Z; ++l) {
-          const float w = 1.f - ::fabsf(pos[l] - static_cast<float>(j));
-          if (w > 0.f) mj += prob[l] * w;
-        }
+      const float mj = finite_inputs ? gather_mass(pos, prob, Z, j, ascending) : 0.f;
       m[j] = mj;
       projected(i, k, j) = mj;
     });
