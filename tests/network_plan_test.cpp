@@ -87,6 +87,60 @@ TEST(GemmBatch, EveryProductMatchesTheNaiveReferenceForEveryTranspose) {
             std::string::npos);
 }
 
+// Operands whose rows are stored wider than their width (GemmBatch::with_ld: rows padded so
+// that each starts on 16 bytes, as the step's odd output widths would be): every product
+// matches the naive reference on the dense part, and C's padding keeps what it held.
+TEST(GemmBatch, RowsStoredWiderThanTheirWidth) {
+  const auto seed = zs::test::fresh_seed();
+  SCOPED_TRACE(testing::Message() << "seed " << seed);
+  zs::Stream stream;
+  zs::Gemm gemm(stream, zs::Precision::fp32);
+  const int m = 21, n = 51, k = 13, count = 3;
+  for (zs::Trans ta : {zs::Trans::N, zs::Trans::T})
+    for (zs::Trans tb : {zs::Trans::N, zs::Trans::T}) {
+      const int ar = ta == zs::Trans::N ? m : k, br = tb == zs::Trans::N ? k : n;
+      const int lda = (ta == zs::Trans::N ? k : m) + 3, ldb = (tb == zs::Trans::N ? n : k) + 1, ldc = n + 1;
+      const float alpha = 1.25f, beta = 0.5f;
+      std::vector<zs::DeviceFloats> a, b, c;
+      std::vector<std::vector<float>> ha, hb, hc;
+      std::vector<zs::GemmEntry> entries;
+      for (int e = 0; e < count; ++e) {
+        ha.push_back(random_normal(std::size_t(ar) * lda, seed + 10 * e));
+        hb.push_back(random_normal(std::size_t(br) * ldb, seed + 10 * e + 1));
+        hc.push_back(random_normal(std::size_t(m) * ldc, seed + 10 * e + 2));
+        a.push_back(to_device(ha.back()));
+        b.push_back(to_device(hb.back()));
+        c.push_back(to_device(hc.back()));
+        entries.push_back({a.back().data(), b.back().data(), c.back().data()});
+      }
+      gemm(zs::GemmBatch(ta, tb, m, n, k, alpha, beta, entries).with_ld(lda, ldb, ldc));
+      stream.synchronize();
+      for (int e = 0; e < count; ++e) {
+        const auto got = to_host(c[e]);
+        std::vector<float> dense(std::size_t(m) * n);
+        std::vector<double> ref(dense.size());
+        for (int i = 0; i < m; ++i) {
+          for (int j = 0; j < n; ++j) {
+            double s = 0;
+            for (int p = 0; p < k; ++p)
+              s += double(ta == zs::Trans::N ? ha[e][i * lda + p] : ha[e][p * lda + i]) *
+                   double(tb == zs::Trans::N ? hb[e][p * ldb + j] : hb[e][j * ldb + p]);
+            ref[i * n + j] = alpha * s + beta * double(hc[e][i * ldc + j]);
+            dense[i * n + j] = got[i * ldc + j];
+          }
+          EXPECT_EQ(got[i * ldc + n], hc[e][i * ldc + n]) << "C's padding of row " << i << " was written";
+        }
+        EXPECT_LT(max_rel(dense, ref), 1e-5) << "entry " << e << " ta " << int(ta) << " tb " << int(tb);
+      }
+    }
+  EXPECT_NE(zs::test::error_of([&] {
+              zs::DeviceFloats x("x", 64);
+              zs::GemmBatch(zs::Trans::N, zs::Trans::N, 4, 4, 4, 1.f, 0.f, {{x.data(), x.data(), x.data()}})
+                  .with_ld(3, 0, 0);
+            }).find("at least the dense widths 4"),
+            std::string::npos);
+}
+
 TEST(DenseBatch, BiasActAndColumnSumsMatchNaiveLoops) {
   const auto seed = zs::test::fresh_seed();
   SCOPED_TRACE(testing::Message() << "seed " << seed);

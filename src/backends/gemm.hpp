@@ -41,14 +41,16 @@ class GemmBatch {
   // Device copies of the a, b and c pointers, one table each (for cuBLAS' pointer-array API).
   Kokkos::View<std::uintptr_t*, MemSpace> a_table, b_table, c_table;
   int count() const { return static_cast<int>(entries.size()); }
+  // Rows of the operands stored wider than their width (e.g. padded to a multiple of 4 floats,
+  // so that every row starts on 16 bytes): 0 is the dense width. Throws zs::Error on a width
+  // below the dense one.
+  GemmBatch& with_ld(int a, int b, int c);
+  int a_ld = 0, b_ld = 0, c_ld = 0;
   // Stored widths (leading dimensions) of the row-major operands: A is [m, k] or, transposed,
-  // [k, m]; B is [k, n] or [n, k].
-  int lda() const { return ta == Trans::N ? k : m; }
-  int ldb() const { return tb == Trans::N ? n : k; }
-  // One product's operands as the views the single-product call takes.
-  GemmIn a_of(const GemmEntry& e) const { return GemmIn(e.a, ta == Trans::N ? m : k, lda()); }
-  GemmIn b_of(const GemmEntry& e) const { return GemmIn(e.b, tb == Trans::N ? k : n, ldb()); }
-  GemmOut c_of(const GemmEntry& e) const { return GemmOut(e.c, m, n); }
+  // [k, m]; B is [k, n] or [n, k]; C is [m, n].
+  int lda() const { return a_ld > 0 ? a_ld : ta == Trans::N ? k : m; }
+  int ldb() const { return b_ld > 0 ? b_ld : tb == Trans::N ? n : k; }
+  int ldc() const { return c_ld > 0 ? c_ld : n; }
 };
 
 // One product with a bias per column of C added in the same launch, and ReLU on request:

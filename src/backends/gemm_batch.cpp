@@ -29,4 +29,14 @@ GemmBatch::GemmBatch(Trans ta_, Trans tb_, int m_, int n_, int k_, float alpha_,
   c_table = table("zs::gemm_batch::c", [](const GemmEntry& e) -> const void* { return e.c; });
 }
 
+GemmBatch& GemmBatch::with_ld(int a, int b, int c) {
+  const int da = ta == Trans::N ? k : m, db = tb == Trans::N ? n : k;
+  require((a == 0 || a >= da) && (b == 0 || b >= db) && (c == 0 || c >= n), "GemmBatch: row widths ", a, ", ", b,
+          ", ", c, " for A, B, C; expected 0 (dense) or at least the dense widths ", da, ", ", db, ", ", n);
+  a_ld = a;
+  b_ld = b;
+  c_ld = c;
+  return *this;
+}
+
 }  // namespace zs

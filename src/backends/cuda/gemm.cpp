@@ -112,14 +112,17 @@ void Gemm::operator()(const GemmBatch& g) const {
     return aligned(e.a) && aligned(e.b) && aligned(e.c);
   });
   if (g.count() == 1 || !all_aligned || (g.k >= kSplitKBatchRows && g.k >= 2 * std::max(g.m, g.n))) {
-    for (const GemmEntry& e : g.entries) (*this)(g.ta, g.tb, g.alpha, g.a_of(e), g.b_of(e), g.beta, g.c_of(e));
+    for (const GemmEntry& e : g.entries)
+      ZS_CUBLAS_CHECK(cublasGemmEx(impl_->handle, op(g.tb), op(g.ta), g.n, g.m, g.k, &g.alpha, e.b, CUDA_R_32F, g.ldb(),
+                                   e.a, CUDA_R_32F, g.lda(), &g.beta, e.c, CUDA_R_32F, g.ldc(), compute(precision_),
+                                   CUBLAS_GEMM_DEFAULT));
     return;
   }
   ZS_CUBLAS_CHECK(cublasGemmBatchedEx(
       impl_->handle, op(g.tb), op(g.ta), g.n, g.m, g.k, &g.alpha,
       reinterpret_cast<const void* const*>(g.b_table.data()), CUDA_R_32F, g.ldb(),
       reinterpret_cast<const void* const*>(g.a_table.data()), CUDA_R_32F, g.lda(), &g.beta,
-      reinterpret_cast<void* const*>(g.c_table.data()), CUDA_R_32F, g.n, g.count(), compute(precision_),
+      reinterpret_cast<void* const*>(g.c_table.data()), CUDA_R_32F, g.ldc(), g.count(), compute(precision_),
       CUBLAS_GEMM_DEFAULT));
 }
 

@@ -21,11 +21,11 @@ namespace {
 // Rows [r0, r0 + rows) of C = alpha·op(A)·op(B) + beta·C, row-major, one single-threaded sgemm:
 // a core's share of a product.
 void sgemm_rows(Trans ta, Trans tb, int r0, int rows, int n, int k, float alpha, const float* a, int lda,
-                const float* b, int ldb, float beta, float* c) {
+                const float* b, int ldb, float beta, float* c, int ldc) {
   // Rows r0.. of op(A): rows of A, or columns of a transposed A.
   const float* const a0 = a + (ta == Trans::N ? static_cast<std::size_t>(r0) * lda : static_cast<std::size_t>(r0));
   cblas_sgemm(CblasRowMajor, ta == Trans::N ? CblasNoTrans : CblasTrans, tb == Trans::N ? CblasNoTrans : CblasTrans,
-              rows, n, k, alpha, a0, lda, b, ldb, beta, c + static_cast<std::size_t>(r0) * n, n);
+              rows, n, k, alpha, a0, lda, b, ldb, beta, c + static_cast<std::size_t>(r0) * ldc, ldc);
 }
 }  // namespace
 
@@ -55,7 +55,8 @@ void Gemm::operator()(const GemmBatch& g) const {
   for (int t = 0; t < count * bands; ++t) {
     const GemmEntry& e = g.entries[t / bands];
     const int r0 = (t % bands) * band_rows, rows = std::min(band_rows, g.m - r0);
-    if (rows > 0) sgemm_rows(g.ta, g.tb, r0, rows, g.n, g.k, g.alpha, e.a, g.lda(), e.b, g.ldb(), g.beta, e.c);
+    if (rows > 0)
+      sgemm_rows(g.ta, g.tb, r0, rows, g.n, g.k, g.alpha, e.a, g.lda(), e.b, g.ldb(), g.beta, e.c, g.ldc());
   }
 }
 
@@ -70,7 +71,7 @@ void Gemm::operator()(const GemmBias& p) const {
   for (int t = 0; t < bands; ++t) {
     const int r0 = t * band_rows, rows = std::min(band_rows, p.m - r0);
     if (rows <= 0) continue;
-    sgemm_rows(p.ta, p.tb, r0, rows, p.n, p.k, 1.f, p.a, p.lda(), p.b, p.ldb(), 0.f, p.c);
+    sgemm_rows(p.ta, p.tb, r0, rows, p.n, p.k, 1.f, p.a, p.lda(), p.b, p.ldb(), 0.f, p.c, p.n);
     float* const c = p.c + static_cast<std::size_t>(r0) * p.n;
     for (std::size_t i = 0; i < static_cast<std::size_t>(rows) * p.n; ++i) {
       const float y = c[i] + p.bias[i % p.n];
