@@ -244,7 +244,8 @@ BENCHMARK(BM_StepFusedBias)
 
 // The graph-replayed step of the launch plans with options the H200 has yet to judge, one bit
 // each: 1 the heads' hidden layers' bias and ReLU in their products (heads_bias), 2 the heads'
-// shares of ∂loss/∂features added by their products (features_in_products). The trunk's bias
+// shares of ∂loss/∂features added by their products (features_in_products), 4 the output
+// layers' rows padded to 16 bytes (padded_outputs). The trunk's bias
 // is in its products in every case (fused_bias, the CUDA default). Args: options, batch, trunk
 // width, head width.
 void BM_StepPlanOptions(benchmark::State& state) {
@@ -254,13 +255,14 @@ void BM_StepPlanOptions(benchmark::State& state) {
   opt.fused_bias = true;
   opt.heads_bias = (state.range(0) & 1) != 0;
   opt.features_in_products = (state.range(0) & 2) != 0;
+  opt.padded_outputs = (state.range(0) & 4) != 0;
   opt.batch_size = static_cast<int>(state.range(1));
   time_steps(state, c, opt, 20);
 }
 BENCHMARK(BM_StepPlanOptions)
     ->ArgNames({"options", "B", "width", "heads"})
-    ->ArgsProduct({{0, 1, 2, 3}, {4096}, {512}, {256}})
-    ->ArgsProduct({{0, 3}, {256}, {256}, {128}})
+    ->ArgsProduct({{0, 1, 2, 3, 4, 7}, {4096}, {512}, {256}})
+    ->ArgsProduct({{0, 7}, {256}, {256}, {128}})
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 

@@ -235,3 +235,51 @@ TEST(Dueling, ATileOverItsScratchAnUnknownPathOrOddLanesAreRefused) {
                 std::to_string(fit));
   for (const int lanes : {-1, 3, 64}) refused(1, lanes, "lanes = " + std::to_string(lanes) + "; expected 0 (automatic) or a power of two up to 32");
 }
+
+// Outputs stored with padded rows (DuelingEntry::value_ld and row_pad, as ForwardShape's
+// padded_outputs stores them; NaN in every padding float, so a read of one would show): the same
+// bits as the dense rows, in tiles and on the general path.
+TEST(Dueling, PaddedRowsGiveTheDenseRowsBits) {
+  zs::Stream stream;
+  const auto seed = zs::test::fresh_seed();
+  SCOPED_TRACE(testing::Message() << "seed " << seed);
+  const int atoms = 51, R = 13, pad = 4, value_ld = atoms + 3;
+  const BranchTable t = BranchTable::of({5, 3, 1, 3});
+  ThreePasses x(R, t, atoms, seed);
+  auto padded = [&](const HeadSet& s, zs::DeviceFloats& value, zs::DeviceFloats& out) {
+    std::vector<float> v(std::size_t(s.rows) * value_ld, std::nanf(""));
+    std::vector<float> o(t.padded_block(s.rows, atoms, t.branches, pad), std::nanf(""));
+    for (int r = 0; r < s.rows; ++r) {
+      for (int j = 0; j < atoms; ++j) v[std::size_t(r) * value_ld + j] = s.value[std::size_t(r) * atoms + j];
+      for (int k = 0; k < t.branches; ++k)
+        for (int f = 0; f < t.size(k) * atoms; ++f)
+          o[t.padded_block(s.rows, atoms, k, pad) + std::size_t(r) * t.row_floats(atoms, k, pad) + f] =
+              s.branch_out[t.index(s.rows, atoms, k, r, 0, 0) + f];
+    }
+    value = zs::test::to_device(v);
+    out = zs::test::to_device(o);
+  };
+  zs::DeviceFloats on_value, on_out, tg_value, tg_out;
+  padded(x.online, on_value, on_out);
+  padded(x.target, tg_value, tg_out);
+  for (const int tile_rows : {kRowsPath, 1, 3}) {
+    SCOPED_TRACE(testing::Message() << "tile_rows " << tile_rows);
+    const auto dense = x.run(stream, t, atoms, tile_rows, 4);
+    ThreePasses y = x;
+    for (int e = 0; e < 3; ++e) {
+      y.entries[e].value = e < 2 ? on_value.data() : tg_value.data();
+      y.entries[e].branch_out = e < 2 ? on_out.data() : tg_out.data();
+      y.entries[e].value_ld = value_ld;
+      y.entries[e].row_pad = pad;
+    }
+    const auto got = y.run(stream, t, atoms, tile_rows, 4);
+    EXPECT_TRUE(zs::test::same_bits(got[0], dense[0]));
+    EXPECT_TRUE(zs::test::same_bits(got[1], dense[1]));
+    EXPECT_LT(x.error(got, t, atoms), 1e-5);
+  }
+  std::vector<DuelingEntry> bad = x.entries;
+  bad[0].value_ld = atoms - 1;
+  EXPECT_NE(zs::test::error_of([&] { zs::kernels::DuelingLaunch<zs::ExecSpace>(bad, x.biases, t, atoms); })
+                .find("value rows of 50 floats"),
+            std::string::npos);
+}

@@ -420,9 +420,10 @@ TEST(NetworkPlan, FusedBiasMatchesThePerLayerPassesWithAndWithoutASideLane) {
   zs::Activations on(x.c, 2 * B), tg(x.c, B), on_side(x.c, 2 * B), tg_side(x.c, B), on_ref(x.c, 2 * B),
       tg_ref(x.c, B);
   const zs::ForwardPlan fused(x.net, {{&x.online, x.s, &on, 0}, {&x.online, x.s2, &on, B}, {&x.target, x.s2, &tg, 0}},
-                              true);
+                              zs::ForwardShape{true});
   const zs::ForwardPlan fused_side(
-      x.net, {{&x.online, x.s, &on_side, 0}, {&x.online, x.s2, &on_side, B}, {&x.target, x.s2, &tg_side, 0}}, true);
+      x.net, {{&x.online, x.s, &on_side, 0}, {&x.online, x.s2, &on_side, B}, {&x.target, x.s2, &tg_side, 0}},
+      zs::ForwardShape{true});
   const zs::ForwardPlan plain(x.net,
                               {{&x.online, x.s, &on_ref, 0}, {&x.online, x.s2, &on_ref, B}, {&x.target, x.s2, &tg_ref, 0}});
   // Per trunk layer two products (the online pair, the target) instead of a batch and a bias pass;
@@ -462,62 +463,68 @@ TEST(NetworkPlan, FusedBiasMatchesThePerLayerPassesWithAndWithoutASideLane) {
   }
 }
 
-// The heads' hidden layers with their bias and ReLU in the products too (heads_bias): a product
+// The heads' hidden layers with their bias and ReLU in the products too (heads_bias: a product
 // per head for the online net's two passes together and one for the target's, instead of one
-// batch over every head and pass and a bias pass. The same values as the plain plan to rounding
-// (hidden activations and log-probabilities), the same bits with and without a side lane,
-// enqueued directly and replayed from a captured graph with new inputs.
-TEST(NetworkPlan, HeadsBiasInProductsMatchesThePlainPlan) {
+// batch over every head and pass and a bias pass), and the output layers' rows padded to 16 bytes
+// in the plan's own buffers (padded_outputs), alone and together. The same values as the plain
+// plan to rounding (hidden activations and log-probabilities), the same bits with and without a
+// side lane, enqueued directly and replayed from a captured graph with new inputs.
+TEST(NetworkPlan, HeadsBiasAndPaddedOutputsMatchThePlainPlan) {
   const auto seed = zs::test::fresh_seed();
   SCOPED_TRACE(testing::Message() << "seed " << seed);
   PlanSetup x(seed, 13);
   const int B = x.B, heads = 1 + static_cast<int>(x.c.branches.size());
   const auto& exec = x.stream.exec();
   const zs::SideLane side(x.stream, zs::Precision::fp32);
-  zs::Activations on(x.c, 2 * B), tg(x.c, B), on_side(x.c, 2 * B), tg_side(x.c, B), on_ref(x.c, 2 * B),
-      tg_ref(x.c, B);
-  const zs::ForwardPlan fused(x.net, {{&x.online, x.s, &on, 0}, {&x.online, x.s2, &on, B}, {&x.target, x.s2, &tg, 0}},
-                              true, true);
-  const zs::ForwardPlan fused_side(
-      x.net, {{&x.online, x.s, &on_side, 0}, {&x.online, x.s2, &on_side, B}, {&x.target, x.s2, &tg_side, 0}}, true,
-      true);
-  const zs::ForwardPlan plain(x.net,
-                              {{&x.online, x.s, &on_ref, 0}, {&x.online, x.s2, &on_ref, B}, {&x.target, x.s2, &tg_ref, 0}});
-  // The heads' batch and bias pass become a product per head for each of the two runs (online
-  // pair, target); they stay on the main stream.
-  EXPECT_EQ(fused.launches(), plain.launches() - 2 + 2 * heads);
-  EXPECT_EQ(fused_side.side_launches(), 3 + plain.side_launches());
+  for (const zs::ForwardShape shape : {zs::ForwardShape{true, true, false}, zs::ForwardShape{false, false, true},
+                                       zs::ForwardShape{true, true, true}}) {
+    SCOPED_TRACE(testing::Message() << "trunk bias " << shape.trunk_bias << ", heads bias " << shape.heads_bias
+                                    << ", padded " << shape.padded_outputs);
+    zs::Activations on(x.c, 2 * B), tg(x.c, B), on_side(x.c, 2 * B), tg_side(x.c, B), on_ref(x.c, 2 * B),
+        tg_ref(x.c, B);
+    const zs::ForwardPlan fused(x.net, {{&x.online, x.s, &on, 0}, {&x.online, x.s2, &on, B}, {&x.target, x.s2, &tg, 0}},
+                                shape);
+    const zs::ForwardPlan fused_side(
+        x.net, {{&x.online, x.s, &on_side, 0}, {&x.online, x.s2, &on_side, B}, {&x.target, x.s2, &tg_side, 0}}, shape);
+    const zs::ForwardPlan plain(
+        x.net, {{&x.online, x.s, &on_ref, 0}, {&x.online, x.s2, &on_ref, B}, {&x.target, x.s2, &tg_ref, 0}});
+    // The heads' batch and bias pass become a product per head for each of the two runs (online
+    // pair, target); they stay on the main stream. The trunk's bias puts the target's three
+    // layers on the side lane. Padding changes no launch.
+    EXPECT_EQ(fused.launches(), plain.launches() - (shape.heads_bias ? 2 - 2 * heads : 0));
+    EXPECT_EQ(fused_side.side_launches(), (shape.trunk_bias ? 3 : 0) + plain.side_launches());
 
-  auto run = [&] {
-    fused.enqueue(exec, x.gemm);
-    fused_side.enqueue(exec, x.gemm, &side);
-    plain.enqueue(exec, x.gemm);
-  };
-  auto compare = [&](const char* how) {
-    x.stream.synchronize();
-    for (const auto& [a, a_side, ref] : {std::tie(on, on_side, on_ref), std::tie(tg, tg_side, tg_ref)}) {
-      EXPECT_TRUE(zs::test::same_bits(to_host(a.logp), to_host(a_side.logp))) << how;
-      EXPECT_TRUE(zs::test::same_bits(to_host(a.value_hidden), to_host(a_side.value_hidden))) << how;
-      EXPECT_LT(max_rel(to_host(a.logp), as_double(to_host(ref.logp))), 1e-5) << how;
-      EXPECT_LT(max_rel(to_host(a.value_hidden), as_double(to_host(ref.value_hidden))), 1e-5) << how;
-      for (std::size_t k = 0; k < a.branch_hidden.size(); ++k)
-        EXPECT_LT(max_rel(to_host(a.branch_hidden[k]), as_double(to_host(ref.branch_hidden[k]))), 1e-5)
-            << how << ", branch " << k;
+    auto run = [&] {
+      fused.enqueue(exec, x.gemm);
+      fused_side.enqueue(exec, x.gemm, &side);
+      plain.enqueue(exec, x.gemm);
+    };
+    auto compare = [&](const char* how) {
+      x.stream.synchronize();
+      for (const auto& [a, a_side, ref] : {std::tie(on, on_side, on_ref), std::tie(tg, tg_side, tg_ref)}) {
+        EXPECT_TRUE(zs::test::same_bits(to_host(a.logp), to_host(a_side.logp))) << how;
+        EXPECT_TRUE(zs::test::same_bits(to_host(a.value_hidden), to_host(a_side.value_hidden))) << how;
+        EXPECT_LT(max_rel(to_host(a.logp), as_double(to_host(ref.logp))), 1e-5) << how;
+        EXPECT_LT(max_rel(to_host(a.value_hidden), as_double(to_host(ref.value_hidden))), 1e-5) << how;
+        for (std::size_t k = 0; k < a.branch_hidden.size(); ++k)
+          EXPECT_LT(max_rel(to_host(a.branch_hidden[k]), as_double(to_host(ref.branch_hidden[k]))), 1e-5)
+              << how << ", branch " << k;
+      }
+      const auto relu = to_host(tg.branch_hidden.back());
+      EXPECT_GT(std::count(relu.begin(), relu.end(), 0.f), 0) << "the ReLU must have cut something";
+      EXPECT_GT(*std::max_element(relu.begin(), relu.end()), 0.f);
+    };
+    run();
+    compare("enqueued directly");
+    zs::Graph graph;
+    graph.capture(x.stream, run);
+    for (int r = 0; r < 2; ++r) {
+      fill(x.states, seed + 10 + r, 1.f);
+      fill(x.online.flat(), seed + 20 + r, 0.4f);
+      fill(x.target.flat(), seed + 30 + r, 0.4f);
+      x.stream.synchronize();
+      graph.replay(x.stream);
+      compare("replayed from a graph");
     }
-    const auto relu = to_host(tg.branch_hidden.back());
-    EXPECT_GT(std::count(relu.begin(), relu.end(), 0.f), 0) << "the ReLU must have cut something";
-    EXPECT_GT(*std::max_element(relu.begin(), relu.end()), 0.f);
-  };
-  run();
-  compare("enqueued directly");
-  zs::Graph graph;
-  graph.capture(x.stream, run);
-  for (int r = 0; r < 2; ++r) {
-    fill(x.states, seed + 10 + r, 1.f);
-    fill(x.online.flat(), seed + 20 + r, 0.4f);
-    fill(x.target.flat(), seed + 30 + r, 0.4f);
-    x.stream.synchronize();
-    graph.replay(x.stream);
-    compare("replayed from a graph");
   }
 }

@@ -189,8 +189,8 @@ TEST(Trainer, FusedBiasReplaysBitForBitAndMatchesThePlainStep) {
   SCOPED_TRACE(testing::Message() << "seed " << seed);
   const auto c = small_config(seed);
   // 0: the trunk's; 1: the heads' hidden layers' too; 3: and the heads' shares of ∂loss/∂features
-  // added in their products (features_in_products).
-  for (const int variant : {0, 1, 3}) {
+  // added in their products (features_in_products); 7: and the output layers' rows padded.
+  for (const int variant : {0, 1, 3, 7}) {
     SCOPED_TRACE(testing::Message() << "variant " << variant);
     zs::TrainerOptions fused, plain;
     fused.batch_size = plain.batch_size = 16;
@@ -198,6 +198,7 @@ TEST(Trainer, FusedBiasReplaysBitForBitAndMatchesThePlainStep) {
     fused.fused_bias = true;
     fused.heads_bias = (variant & 1) != 0;
     fused.features_in_products = (variant & 2) != 0;
+    fused.padded_outputs = (variant & 4) != 0;
     plain.fused_bias = false;
     zs::Trainer graph(c, fused), direct(c, fused), reference(c, plain);
     zs::test::step_on_same_batches(graph, reference, 1, seed + 100, step_both);

@@ -55,6 +55,16 @@ struct BranchTable {
   KOKKOS_INLINE_FUNCTION std::size_t block(int rows, int atoms, int k) const {
     return static_cast<std::size_t>(rows) * offset[k] * atoms;
   }
+  // A padded layout's: branch k's rows n_k·atoms rounded up to a multiple of `pad` floats (so a
+  // product stores whole 16-byte vectors at 4), each branch's block after the one before.
+  KOKKOS_INLINE_FUNCTION int row_floats(int atoms, int k, int pad) const {
+    return (size(k) * atoms + pad - 1) / pad * pad;
+  }
+  KOKKOS_INLINE_FUNCTION std::size_t padded_block(int rows, int atoms, int k, int pad) const {
+    std::size_t first = 0;
+    for (int b = 0; b < k; ++b) first += static_cast<std::size_t>(rows) * row_floats(atoms, b, pad);
+    return first;
+  }
 };
 
 }  // namespace zs::kernels

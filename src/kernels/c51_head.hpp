@@ -24,6 +24,10 @@ struct DuelingEntry {
   int total_rows = 0, row0 = 0, rows = 0;
   const float* value_bias = nullptr;  // [atoms]
   int branch_bias = -1;               // first of this entry's K pointers in the bias table; −1: none
+  // Rows stored wider than the outputs (a product then stores whole 16-byte vectors): the value
+  // stream's rows value_ld floats apart (0: atoms), branch k's n_k·atoms rounded up to a multiple
+  // of row_pad (BranchTable::row_floats; its block starts at total_rows times the rows before).
+  int value_ld = 0, row_pad = 1;
 };
 
 // Where a dueling kernel finds its entries: a device table prepared once (the step's passes,
@@ -105,19 +109,23 @@ struct DuelingTiles {
     const int r0 = x.row0 + first, R = x.total_rows;
     float* const value = logit + static_cast<std::size_t>(tile_rows) * A * atoms;
     float* const mean = value + static_cast<std::size_t>(tile_rows) * atoms;
+    std::size_t block = 0;  // branch k's first float
     for (int k = 0; k < K; ++k) {
-      const int c0 = table.cum(k), w = table.size(k) * atoms;
-      const float* const src = x.branch_out + table.index(R, atoms, k, r0, 0, 0);
+      const int c0 = table.cum(k), w = table.size(k) * atoms, ld = table.row_floats(atoms, k, x.row_pad);
+      const float* const src = x.branch_out + block + static_cast<std::size_t>(r0) * ld;
       const float* const bias = entries.branch_bias(x, k);
       Kokkos::parallel_for(Kokkos::TeamVectorRange(team, rows * w), [&](const int f) {
         const int u = f / w, t = f % w;
-        const float o = src[f];
+        const float o = src[static_cast<std::size_t>(u) * ld + t];
         logit[(static_cast<std::size_t>(u) * A + c0) * atoms + t] = bias ? o + bias[t] : o;  // as the GEMM's bias pass
       });
+      block += static_cast<std::size_t>(R) * ld;
     }
-    const float* const vsrc = x.value + static_cast<std::size_t>(r0) * atoms;
+    const int vld = x.value_ld > 0 ? x.value_ld : atoms;
+    const float* const vsrc = x.value + static_cast<std::size_t>(r0) * vld;
     Kokkos::parallel_for(Kokkos::TeamVectorRange(team, rows * atoms), [&](const int f) {
-      value[f] = x.value_bias ? vsrc[f] + x.value_bias[f % atoms] : vsrc[f];
+      const float v = vsrc[static_cast<std::size_t>(f / atoms) * vld + f % atoms];
+      value[f] = x.value_bias ? v + x.value_bias[f % atoms] : v;
     });
     team.team_barrier();
     Kokkos::parallel_for(Kokkos::TeamVectorRange(team, rows * K * atoms), [&](const int f) {
@@ -167,7 +175,8 @@ struct DuelingRows {
       const int r = x.row0 + row, R = x.total_rows;
       const int c0 = table.cum(k), n = table.size(k);
       const float* const bb = entries.branch_bias(x, k);
-      const float* const ob = x.branch_out + table.index(R, atoms, k, r, 0, 0);
+      const float* const ob =
+          x.branch_out + table.padded_block(R, atoms, k, x.row_pad) + static_cast<std::size_t>(r) * table.row_floats(atoms, k, x.row_pad);
       auto out_k = [&](int b, int j) {
         const float o = ob[b * atoms + j];
         return bb ? o + bb[b * atoms + j] : o;
@@ -178,7 +187,7 @@ struct DuelingRows {
       Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, atoms), [&](const int j) {
         float m = 0.f;
         for (int b = 0; b < n; ++b) m += out_k(b, j);
-        const float v = x.value[static_cast<std::size_t>(r) * atoms + j];
+        const float v = x.value[static_cast<std::size_t>(r) * (x.value_ld > 0 ? x.value_ld : atoms) + j];
         value[j] = x.value_bias ? v + x.value_bias[j] : v;
         mean[j] = m / static_cast<float>(n);
       });
@@ -281,6 +290,9 @@ class DuelingLaunch {
                   e.branch_bias + table.branches <= static_cast<int>(branch_biases.size()),
               "DuelingLaunch: entry ", i, " covers rows ", e.row0, "..", e.row0 + e.rows, " of ", e.total_rows,
               " (bias index ", e.branch_bias, "); expected buffers, rows inside and K bias pointers");
+      require((e.value_ld == 0 || e.value_ld >= atoms) && e.row_pad >= 1, "DuelingLaunch: entry ", i,
+              " has value rows of ", e.value_ld, " floats and a row padding of ", e.row_pad,
+              "; expected 0 or at least ", atoms, " and at least 1");
       if (e.rows > max_rows_) max_rows_ = e.rows;
     }
     const int fit = dueling_tile_fit(table, atoms);

@@ -1,5 +1,6 @@
 #include "nn/network_plan.hpp"
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -76,8 +77,7 @@ std::vector<std::vector<int>> by_width(const std::vector<Head>& heads) {
 
 }  // namespace
 
-ForwardPlan::ForwardPlan(const Network& net, const std::vector<ForwardPass>& passes, bool fused_bias,
-                         bool heads_bias) {
+ForwardPlan::ForwardPlan(const Network& net, const std::vector<ForwardPass>& passes, ForwardShape shape) {
   const Config& c = net.config();
   require(!passes.empty(), "ForwardPlan: 0 passes given; expected at least 1");
   const int R = static_cast<int>(passes[0].input.extent(0)), T = static_cast<int>(c.trunk.size());
@@ -94,7 +94,7 @@ ForwardPlan::ForwardPlan(const Network& net, const std::vector<ForwardPass>& pas
   auto row = [](const DeviceFloats& f, int row0, int cols) { return f.data() + static_cast<std::size_t>(row0) * cols; };
 
   bool trunk_on_side = false;
-  if (fused_bias) {
+  if (shape.trunk_bias) {
     // Runs of passes that one product covers: the same parameters and activations, adjacent
     // rows, and (for the first layer) adjacent input rows.
     std::vector<std::vector<std::size_t>> runs;
@@ -155,7 +155,7 @@ ForwardPlan::ForwardPlan(const Network& net, const std::vector<ForwardPass>& pas
   for (const ForwardPass& x : passes)
     heads.push_back({x.params, row(x.acts->trunk[T - 1], x.row0, F), net.main_heads(), x.acts->heads(), x.row0});
   const std::size_t first_head_op = ops_.size();
-  add_heads(net, heads, R, heads_bias);
+  add_heads(net, heads, R, shape);
   if (trunk_on_side) ops_[first_head_op].joins = true;  // the heads read every pass's features
 }
 
@@ -178,19 +178,48 @@ ForwardPlan::ForwardPlan(const Network& net, const ParamBuffer& params, const Co
 // The head sets of every pass: hidden layers as one GEMM batch and a bias/ReLU table launch (or,
 // bias_in_products, a product with the bias epilogue per head and run of passes), output layers
 // as one batch per width, then the dueling/log-softmax once per distinct logp.
-void ForwardPlan::add_heads(const Network& net, const std::vector<HeadPass>& passes, int R, bool bias_in_products) {
+void ForwardPlan::add_heads(const Network& net, const std::vector<HeadPass>& passes, int R, ForwardShape shape) {
   const Config& c = net.config();
   const int H = c.head_hidden;
   auto row = [](const DeviceFloats& f, int row0, int cols) { return f.data() + static_cast<std::size_t>(row0) * cols; };
   auto hidden_of = [&](const HeadPass& x, const Head& h) {
     return row(h.branch < 0 ? x.acts.value_hidden : x.acts.branch_hidden[h.branch], x.row0, H);
   };
+  // Padded outputs: a buffer per distinct activations (its value rows, then its branches'), the
+  // first pass that names them its key.
+  constexpr int kPad = 4;
+  const kernels::BranchTable& table = net.table();
+  const int value_ld = (c.atoms + kPad - 1) / kPad * kPad;
+  auto padded_ld = [&](int width) { return shape.padded_outputs ? (width + kPad - 1) / kPad * kPad : width; };
+  std::vector<std::pair<const float*, float*>> padded_of;  // acts' value_out → its padded buffer
+  if (shape.padded_outputs)
+    for (const HeadPass& x : passes) {
+      const float* key = x.acts.value_out.data();
+      if (std::any_of(padded_of.begin(), padded_of.end(), [&](const auto& p) { return p.first == key; })) continue;
+      const std::size_t floats =
+          static_cast<std::size_t>(x.acts.rows) * value_ld + table.padded_block(x.acts.rows, c.atoms, table.branches, kPad);
+      padded_.emplace_back("zs::plan::padded_outputs", floats);
+      padded_of.emplace_back(key, padded_.back().data());
+    }
+  auto padded_value = [&](const HeadPass& x) {
+    for (const auto& p : padded_of)
+      if (p.first == x.acts.value_out.data()) return p.second;
+    return static_cast<float*>(nullptr);
+  };
+  auto padded_branches = [&](const HeadPass& x) {
+    return padded_value(x) + static_cast<std::size_t>(x.acts.rows) * value_ld;
+  };
   auto out_of = [&](const HeadPass& x, const Head& h) {
+    if (shape.padded_outputs) {
+      if (h.branch < 0) return padded_value(x) + static_cast<std::size_t>(x.row0) * value_ld;
+      return padded_branches(x) + table.padded_block(x.acts.rows, c.atoms, h.branch, kPad) +
+             static_cast<std::size_t>(x.row0) * padded_ld(h.width);
+    }
     if (h.branch < 0) return row(x.acts.value_out, x.row0, c.atoms);
-    return x.acts.branch_out.data() + net.table().block(x.acts.rows, c.atoms, h.branch) +
+    return x.acts.branch_out.data() + table.block(x.acts.rows, c.atoms, h.branch) +
            static_cast<std::size_t>(x.row0) * h.width;
   };
-  if (bias_in_products) {
+  if (shape.heads_bias) {
     // Runs of passes one product covers: the same parameters and head activations, adjacent
     // rows and adjacent features (the online net on s and s′). A product per head and run, its
     // bias and ReLU in the epilogue: no pass over every head's rows after the batch.
@@ -248,10 +277,20 @@ void ForwardPlan::add_heads(const Network& net, const std::vector<HeadPass>& pas
         const std::vector<Head> heads = heads_of(net, x.set);
         for (int i : groups[j]) g.push_back({hidden_of(x, heads[i]), x.params->weight(heads[i].out).data(), out_of(x, heads[i])});
       }
-      ops_.push_back(gemm_op(GemmBatch(Trans::N, Trans::T, R, first[groups[j][0]].width, H, 1.f, 0.f, g), side == 1));
+      const int width = first[groups[j][0]].width;
+      ops_.push_back(gemm_op(GemmBatch(Trans::N, Trans::T, R, width, H, 1.f, 0.f, g).with_ld(0, 0, padded_ld(width)),
+                             side == 1));
     }
   std::vector<DuelingRows> duel;
-  for (const HeadPass& x : passes) duel.push_back({x.params, x.set, &x.acts, x.row0, R});
+  for (const HeadPass& x : passes) {
+    duel.push_back({x.params, x.set, &x.acts, x.row0, R});
+    if (shape.padded_outputs) {
+      duel.back().value = padded_value(x);
+      duel.back().branch_out = padded_branches(x);
+      duel.back().value_ld = value_ld;
+      duel.back().row_pad = kPad;
+    }
+  }
   kernels::DuelingLaunch<ExecSpace> dueling = dueling_launch(net, duel);
   ops_.push_back({[dueling](const ExecSpace& exec, const Gemm&) { dueling(exec); }, false, true});
 }
@@ -262,8 +301,10 @@ kernels::DuelingLaunch<ExecSpace> dueling_launch(const Network& net, const std::
   for (const DuelingRows& x : sets) {
     const std::vector<Head> heads = heads_of(net, x.set);
     kernels::DuelingEntry e;
-    e.value = x.acts->value_out.data();
-    e.branch_out = x.acts->branch_out.data();
+    e.value = x.value ? x.value : x.acts->value_out.data();
+    e.branch_out = x.branch_out ? x.branch_out : x.acts->branch_out.data();
+    e.value_ld = x.value_ld;
+    e.row_pad = x.row_pad;
     e.logp = x.acts->logp.data();
     e.total_rows = x.acts->rows;
     e.row0 = x.row0;

@@ -57,6 +57,11 @@ struct DuelingRows {
   HeadSet set;
   const HeadActs* acts = nullptr;
   int row0 = 0, rows = 0;
+  // Where the output layers' rows are when not in acts (ForwardShape::padded_outputs): the value
+  // stream's, value_ld floats apart, and the branches', each row padded to row_pad floats.
+  const float* value = nullptr;
+  const float* branch_out = nullptr;
+  int value_ld = 0, row_pad = 1;
 };
 
 // The dueling/log-softmax of every head set's rows as one launch, which adds the output layers'
@@ -64,18 +69,28 @@ struct DuelingRows {
 // and those the fused kernel carries for the ensemble).
 kernels::DuelingLaunch<ExecSpace> dueling_launch(const Network& net, const std::vector<DuelingRows>& sets);
 
+// How a ForwardPlan of passes forms its layers (all off: a GEMM batch a layer and a bias pass).
+struct ForwardShape {
+  // Each trunk layer's bias and ReLU ride in its products (Gemm's GemmBias: cuBLASLt epilogues
+  // on CUDA) instead of a separate pass over the activations. Adjacent passes of the same
+  // parameters into adjacent rows (the online net on s and on s′) are one product; passes of
+  // other parameters than the first pass's (the target net) run on the side lane.
+  bool trunk_bias = false;
+  // The heads' hidden layers the same way, a product per head and run of passes (on the main
+  // stream) instead of one batch and a bias pass over every head's rows.
+  bool heads_bias = false;
+  // The output layers store their rows padded to a multiple of 4 floats, in the plan's own
+  // buffers, where the dueling head reads them: an odd width (n·atoms) leaves every row after the
+  // first off a 16-byte boundary, which keeps cuBLAS to its one-float-aligned kernels. The
+  // Activations' value_out and branch_out are then not written.
+  bool padded_outputs = false;
+};
+
 class ForwardPlan {
  public:
   // Every pass has the same row count. The dueling/log-softmax runs once per distinct
   // Activations over all its rows, so the passes should cover each Activations they name.
-  // fused_bias: each trunk layer's bias and ReLU ride in its products (Gemm's GemmBias: cuBLASLt
-  // epilogues on CUDA) instead of a separate pass over the activations. Adjacent passes of the
-  // same parameters into adjacent rows (the online net on s and on s′) are one product; passes
-  // of other parameters than the first pass's (the target net) run on the side lane.
-  // heads_bias: the heads' hidden layers the same way, a product per head and run of passes
-  // (on the main stream) instead of one batch and a bias pass over every head's rows.
-  ForwardPlan(const Network& net, const std::vector<ForwardPass>& passes, bool fused_bias = false,
-              bool heads_bias = false);
+  ForwardPlan(const Network& net, const std::vector<ForwardPass>& passes, ForwardShape shape = {});
   // Head sets only (e.g. the ensemble's members), each into its own HeadActs, on `features`
   // [rows, trunk.back()] with `params`; every HeadActs has `rows` rows.
   ForwardPlan(const Network& net, const ParamBuffer& params, const ConstMatrixView& features,
@@ -96,8 +111,9 @@ class ForwardPlan {
     HeadActs acts;
     int row0;  // first row of acts this pass writes
   };
-  void add_heads(const Network& net, const std::vector<HeadPass>& passes, int rows, bool bias_in_products = false);
+  void add_heads(const Network& net, const std::vector<HeadPass>& passes, int rows, ForwardShape shape = {});
   std::vector<PlanOp> ops_;
+  std::vector<DeviceFloats> padded_;  // padded_outputs: per Activations, its value rows, then its branches'
 };
 
 // One head set's part in a backward pass: its layers, its hidden activations (the first rows

@@ -123,7 +123,7 @@ Trainer::Trainer(const Config& config, const TrainerOptions& options)
         net_, std::vector<ForwardPass>{{&online_, batch_.states(), &acts_online_, 0},
                                        {&online_, batch_.next_states(), &acts_online_, options.batch_size},
                                        {&target_, batch_.next_states(), &acts_target_, 0}},
-        options.fused_bias, options.heads_bias);
+        ForwardShape{options.fused_bias, options.heads_bias, options.padded_outputs});
   init_params(config_.seed);
 }
 

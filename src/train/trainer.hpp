@@ -63,6 +63,10 @@ struct TrainerOptions {
   // features_in_products) instead of writing a share a head for the trunk's mask launch to add
   // up. Off until the H200 says (BM_StepFeaturesInProducts).
   bool features_in_products = false;
+  // The launch plans' output layers store their rows padded to 16 bytes, where the dueling head
+  // reads them (ForwardShape::padded_outputs): cuBLAS can then take its vector-aligned kernels
+  // for the odd widths n·atoms. Off until the H200 says (BM_StepPlanOptions, option 4).
+  bool padded_outputs = false;
   // The guard's and the loss terms' mailbox posts (each two system-scope fences) on the side lane
   // beside the optimizer's update, instead of between the gradient norm and the update; needs
   // side_lane. On: the H200 step at B = 256 took 127.4 µs against 130.8 with the posts between
