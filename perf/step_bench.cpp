@@ -243,9 +243,9 @@ BENCHMARK(BM_StepFusedBias)
     ->Unit(benchmark::kMicrosecond);
 
 // The graph-replayed step of the launch plans with options the H200 has yet to judge, one bit
-// each: 1 the heads' hidden layers' bias and ReLU in their products (heads_bias), 2 the heads'
-// shares of ∂loss/∂features added by their products (features_in_products), 4 the output
-// layers' rows padded to 16 bytes (padded_outputs). The trunk's bias
+// each: 1 the heads' hidden layers' bias and ReLU in their products (heads_bias), 4 the output
+// layers' rows padded to 16 bytes (padded_outputs). (2, the heads' shares of ∂loss/∂features
+// added by their products one after another, lost and is gone: docs/performance.md.) The trunk's bias
 // is in its products in every case (fused_bias, the CUDA default). Args: options, batch, trunk
 // width, head width.
 void BM_StepPlanOptions(benchmark::State& state) {
@@ -254,15 +254,14 @@ void BM_StepPlanOptions(benchmark::State& state) {
   opt.fused_step = false;
   opt.fused_bias = true;
   opt.heads_bias = (state.range(0) & 1) != 0;
-  opt.features_in_products = (state.range(0) & 2) != 0;
   opt.padded_outputs = (state.range(0) & 4) != 0;
   opt.batch_size = static_cast<int>(state.range(1));
   time_steps(state, c, opt, 20);
 }
 BENCHMARK(BM_StepPlanOptions)
     ->ArgNames({"options", "B", "width", "heads"})
-    ->ArgsProduct({{0, 1, 2, 3, 4, 7}, {4096}, {512}, {256}})
-    ->ArgsProduct({{0, 7}, {256}, {256}, {128}})
+    ->ArgsProduct({{0, 1, 4, 5}, {1024, 4096}, {512}, {256}})
+    ->ArgsProduct({{0, 1, 4}, {512}, {256}, {128}})
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 
@@ -387,19 +386,22 @@ BENCHMARK(BM_StepAuxRide)
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 
-// The fused step at B = 256 with the C51 loss's projection gathering from every source atom (0)
-// or only from those near each target atom (1: FusedOptions::narrow_gather; the same bits).
-// Args: aux (BM_StepAux's mask), gather.
+// The step with the C51 loss's projection gathering from every source atom (0) or only from
+// those near each target atom (1: TrainerOptions::narrow_gather; the same bits): the fused step
+// at B = 256 (aux: BM_StepAux's mask) and the launch plans at B = 4096 / 512 / 256. Args: aux,
+// batch, gather.
 void BM_StepNarrowGather(benchmark::State& state) {
-  const zs::Config c = with_auxiliaries(static_cast<int>(state.range(0)));
+  const int B = static_cast<int>(state.range(1));
+  zs::Config c = B > 256 ? bench_config(512, 256) : with_auxiliaries(static_cast<int>(state.range(0)));
   zs::TrainerOptions opt;
-  opt.fused_step = true;
-  opt.fused.narrow_gather = state.range(1) != 0;
-  time_fused_steps(state, c, opt);
+  opt.batch_size = B;
+  opt.narrow_gather = state.range(2) != 0;
+  time_steps(state, c, opt, B > 256 ? 20 : 10);
 }
 BENCHMARK(BM_StepNarrowGather)
-    ->ArgNames({"aux", "gather"})
-    ->ArgsProduct({{0, 7}, {0, 1}})
+    ->ArgNames({"aux", "B", "gather"})
+    ->ArgsProduct({{0, 7}, {256}, {0, 1}})
+    ->ArgsProduct({{0}, {4096}, {0, 1}})
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 

@@ -1476,18 +1476,21 @@ TEST(FusedC51, ConfigsOutOfItsReachRunTheLaunchPlansAndSayWhy) {
 }
 
 // The loss's projection gathering only from the source atoms near each target atom
-// (FusedOptions::narrow_gather) sums the same terms in the same order as the walk over every
+// (TrainerOptions::narrow_gather) sums the same terms in the same order as the walk over every
 // source: three graph steps on the same batches (a fifth of them terminal) leave every bit of
-// both nets, the loss and the projected targets alike.
+// both nets, the loss and the projected targets alike, in the fused step and in the launch
+// plans' loss kernel.
 TEST(FusedC51, TheNarrowGatherChangesNoBit) {
   const auto seed = zs::test::fresh_seed();
   SCOPED_TRACE(testing::Message() << "seed " << seed);
   const auto c = zs::Config::from_json(small_net(seed));
-  auto narrow = fused_options(37), full = fused_options(37);
-  narrow.fused.narrow_gather = true;
-  full.fused.narrow_gather = false;
+  for (const bool fused : {true, false}) {
+  SCOPED_TRACE(fused ? "fused" : "launch plans");
+  auto narrow = fused ? fused_options(37) : plan_options(37), full = narrow;
+  narrow.narrow_gather = true;
+  full.narrow_gather = false;
   zs::Trainer a(c, narrow), b(c, full);
-  ASSERT_TRUE(a.fused() && b.fused()) << a.fused_off_reason();
+  ASSERT_EQ(a.fused(), fused) << a.fused_off_reason();
   zs::test::step_on_same_batches(a, b, 3, seed + 7, [](zs::Trainer& x, zs::Trainer& y) {
     x.step();
     y.step();
@@ -1501,4 +1504,5 @@ TEST(FusedC51, TheNarrowGatherChangesNoBit) {
   EXPECT_EQ(la, lb);
   const auto m = to_host(a.loss().projected);
   EXPECT_GT(*std::max_element(m.begin(), m.end()), 0.f) << "a projection of zeros tests nothing";
+  }
 }

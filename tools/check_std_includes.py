@@ -62,7 +62,7 @@ _TABLE = {
     ("utility", "algorithm"): "move swap",
     "algorithm": "min max minmax clamp sort stable_sort partial_sort nth_element fill fill_n "
                  "copy copy_n copy_if find find_if find_if_not any_of all_of none_of count "
-                 "count_if max_element min_element minmax_element reverse transform equal "
+                 "count_if max_element min_element minmax_element reverse transform equal is_sorted "
                  "lower_bound upper_bound binary_search unique remove_if for_each mismatch "
                  "shuffle rotate",
     ("algorithm", "cstdio"): "remove",

@@ -40,7 +40,7 @@ struct C51BranchLoss {
   // layout): the fused step pads them to 4 so that its products stage them 16 bytes at a time.
   int pad = 1;
   // Each target atom gathers only from the sources near it (gather_mass; the same bits), not
-  // from every source (FusedOptions::narrow_gather).
+  // from every source (TrainerOptions::narrow_gather).
   bool narrow_gather = false;
   // The dueling head's inputs and outputs for head_branch(): the output layers' results (their
   // biases already added) of the online net on s and s′ (2B rows: s, then s′) and of the target

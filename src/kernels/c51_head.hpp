@@ -175,8 +175,8 @@ struct DuelingRows {
       const int r = x.row0 + row, R = x.total_rows;
       const int c0 = table.cum(k), n = table.size(k);
       const float* const bb = entries.branch_bias(x, k);
-      const float* const ob =
-          x.branch_out + table.padded_block(R, atoms, k, x.row_pad) + static_cast<std::size_t>(r) * table.row_floats(atoms, k, x.row_pad);
+      const float* const ob = x.branch_out + table.padded_block(R, atoms, k, x.row_pad) +
+                              static_cast<std::size_t>(r) * table.row_floats(atoms, k, x.row_pad);
       auto out_k = [&](int b, int j) {
         const float o = ob[b * atoms + j];
         return bb ? o + bb[b * atoms + j] : o;

@@ -95,9 +95,9 @@ struct C51Loss {
   KOKKOS_INLINE_FUNCTION float position(int i, int j) const { return sup.position(rewards(i), dones(i), j); }
 
   int q_group = 1;  // device: actions whose Q terms a warp holds in scratch at once (c51_loss sets it)
-  // Device: each target atom gathers only from the sources near it (gather_mass; the same bits);
-  // false: from every source (what BM_C51Loss compares against).
-  bool narrow_gather = true;
+  // Device: each target atom gathers only from the sources near it (gather_mass; the same bits)
+  // instead of from every source (TrainerOptions::narrow_gather).
+  bool narrow_gather = false;
   // Team threads (device warps) per branch, each with a share of its actions and atoms; 0 lets
   // c51_loss choose (tests set it to hold every split to one reference).
   int parts = 0;

@@ -17,8 +17,7 @@ C51Term::C51Term(const StepContext& ctx, float budget)
   require(loss().data() == ctx.c51.loss.data(), "C51Term: its loss slot is not the C51 outputs' loss; expected the ",
           "trainer to give the C51 outputs slot 0's loss and to make the C51 term first");
   if (!ctx.fused)
-    backward_ = std::make_unique<BackwardPlan>(ctx.net, ctx.online, ctx.batch.states(), ctx.online_acts, g_, grad(),
-                                             ctx.features_in_products);
+    backward_ = std::make_unique<BackwardPlan>(ctx.net, ctx.online, ctx.batch.states(), ctx.online_acts, g_, grad());
 }
 
 std::size_t C51Term::fuse(const std::vector<FusedRider>& riders) {
@@ -41,7 +40,7 @@ std::size_t C51Term::fuse(const std::vector<FusedRider>& riders) {
 }
 
 void c51_loss(const ExecSpace& exec, const Network& net, const Activations& online, const Activations& target,
-              const DeviceBatch& batch, C51Outputs& out, Gradients& g) {
+              const DeviceBatch& batch, C51Outputs& out, Gradients& g, bool narrow_gather) {
   const Config& c = net.config();
   const int B = batch.size;
   require(online.rows == 2 * B && target.rows == B && g.rows == B, "c51_loss: activation rows online ", online.rows,
@@ -60,6 +59,7 @@ void c51_loss(const ExecSpace& exec, const Network& net, const Activations& onli
   f.d_branch_out = Kokkos::View<float*, MemSpace, Kokkos::MemoryUnmanaged>(g.d_branch_out.data(), g.d_branch_out.extent(0));
   f.table = net.table();
   f.sup = kernels::Support{c.v_min, c.v_max, static_cast<float>(std::pow(double(c.gamma), c.n_step)), c.atoms};
+  f.narrow_gather = narrow_gather;
   kernels::c51_loss(exec, f, out.loss);
 }
 
@@ -68,7 +68,7 @@ void C51Term::enqueue(const ExecSpace& exec, const Gemm& gemm) {
     require(fused_ != nullptr, "C51Term: the fused kernel was never built; expected fuse() once every term is made");
     return fused_->enqueue(exec);
   }
-  c51_loss(exec, ctx_.net, ctx_.online_acts, ctx_.target_acts, ctx_.batch, ctx_.c51, g_);
+  c51_loss(exec, ctx_.net, ctx_.online_acts, ctx_.target_acts, ctx_.batch, ctx_.c51, g_, ctx_.narrow_gather);
   backward_->enqueue(exec, gemm, ctx_.side);
 }
 

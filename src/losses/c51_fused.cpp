@@ -92,7 +92,7 @@ FusedC51::FusedC51(const StepContext& ctx, Gradients& g, const ParamBuffer& grad
   L.table = net.table();
   L.sup = kernels::Support{c.v_min, c.v_max, static_cast<float>(std::pow(double(c.gamma), c.n_step)), Z};
   L.pad = 4;
-  L.narrow_gather = options.narrow_gather;
+  L.narrow_gather = ctx.narrow_gather;
   d_value_parts_ = DeviceFloats("zs::fused::d_value_parts", L.value_floats(B));
   d_branch_out_ = DeviceFloats("zs::fused::d_branch_out", L.branch_floats(B));
   L.d_value_parts = d_value_parts_.data();

@@ -33,8 +33,7 @@ EnsembleTerm::EnsembleTerm(const StepContext& ctx, float budget)
   }
   const ConstMatrixView features(ctx.online_acts.trunk[T - 1].data(), B, F);
   forward_ = std::make_unique<ForwardPlan>(ctx.net, ctx.online, features, sets);
-  backward_ = std::make_unique<BackwardPlan>(ctx.net, ctx.online, ctx.batch.states(), ctx.online_acts, grads_, g_, grad(),
-                                             ctx.features_in_products);
+  backward_ = std::make_unique<BackwardPlan>(ctx.net, ctx.online, ctx.batch.states(), ctx.online_acts, grads_, g_, grad());
 }
 
 std::vector<std::pair<std::size_t, std::size_t>> EnsembleTerm::gradient_spans() const {

@@ -59,9 +59,9 @@ struct StepContext {
   // one fused kernel (it then writes online_acts and target_acts, which the trainer made for
   // that forward); nullptr: the trainer's ForwardPlan and the term's launch plans.
   const FusedOptions* fused = nullptr;
-  // The terms' launch plans add the heads' shares of ∂loss/∂features in their products
-  // (BackwardPlan's features_in_products; TrainerOptions::features_in_products).
-  bool features_in_products = false;
+  // The C51 loss's projection from the source atoms near each target atom only
+  // (TrainerOptions::narrow_gather).
+  bool narrow_gather = false;
 };
 
 // What a term gives the C51 term's fused kernel to run its backward in the kernel's backward

@@ -165,11 +165,6 @@ struct FusedOptions {
   // ride 13 against 10, thirty-fourth session): IQN alone 205.6 µs a step against 210.6, every
   // auxiliary 277.5 against 284.9.
   bool rider_modulation_in_product = true;
-  // The C51 loss's projection: each target atom gathers only from the source atoms within two
-  // atoms of it (a binary search on their ascending positions; kernels::gather_mass), the same
-  // terms in the same order, instead of walking all of them. Off until the H200 says
-  // (BM_StepNarrowGather).
-  bool narrow_gather = false;
   // Auxiliaries named here keep their own launch plans though they could ride (to measure what
   // each rider gains).
   std::vector<std::string> ride_except;

@@ -62,6 +62,20 @@ int count_side(const std::vector<PlanOp>& ops) {
   return n;
 }
 
+// The passes in runs of consecutive ones that one product covers: each pass joins the run before
+// it when follows(last pass of that run, pass) says so.
+template <class Pass, class Follows>
+std::vector<std::vector<std::size_t>> runs_of(const std::vector<Pass>& passes, const Follows& follows) {
+  std::vector<std::vector<std::size_t>> runs;
+  for (std::size_t p = 0; p < passes.size(); ++p) {
+    if (!runs.empty() && follows(passes[runs.back().back()], passes[p]))
+      runs.back().push_back(p);
+    else
+      runs.push_back({p});
+  }
+  return runs;
+}
+
 // Heads grouped by output width, in head order: one GEMM batch per distinct width.
 std::vector<std::vector<int>> by_width(const std::vector<Head>& heads) {
   std::map<int, std::vector<int>> m;
@@ -97,19 +111,10 @@ ForwardPlan::ForwardPlan(const Network& net, const std::vector<ForwardPass>& pas
   if (shape.trunk_bias) {
     // Runs of passes that one product covers: the same parameters and activations, adjacent
     // rows, and (for the first layer) adjacent input rows.
-    std::vector<std::vector<std::size_t>> runs;
-    for (std::size_t p = 0; p < passes.size(); ++p) {
-      if (!runs.empty()) {
-        const ForwardPass& prev = passes[runs.back().back()];
-        const ForwardPass& x = passes[p];
-        if (x.params == prev.params && x.acts == prev.acts && x.row0 == prev.row0 + R &&
-            x.input.data() == prev.input.data() + static_cast<std::size_t>(R) * c.state_dim) {
-          runs.back().push_back(p);
-          continue;
-        }
-      }
-      runs.push_back({p});
-    }
+    const auto runs = runs_of(passes, [&](const ForwardPass& prev, const ForwardPass& x) {
+      return x.params == prev.params && x.acts == prev.acts && x.row0 == prev.row0 + R &&
+             x.input.data() == prev.input.data() + static_cast<std::size_t>(R) * c.state_dim;
+    });
     // The side lane's runs first, so one fork at the plan's start lets their whole chain run
     // beside the main one's; the heads then join it.
     for (const bool side : {true, false})
@@ -176,8 +181,8 @@ ForwardPlan::ForwardPlan(const Network& net, const ParamBuffer& params, const Co
 }
 
 // The head sets of every pass: hidden layers as one GEMM batch and a bias/ReLU table launch (or,
-// bias_in_products, a product with the bias epilogue per head and run of passes), output layers
-// as one batch per width, then the dueling/log-softmax once per distinct logp.
+// ForwardShape::heads_bias, a product with the bias epilogue per head and run of passes),
+// output layers as one batch per width, then the dueling/log-softmax once per distinct logp.
 void ForwardPlan::add_heads(const Network& net, const std::vector<HeadPass>& passes, int R, ForwardShape shape) {
   const Config& c = net.config();
   const int H = c.head_hidden;
@@ -196,8 +201,8 @@ void ForwardPlan::add_heads(const Network& net, const std::vector<HeadPass>& pas
     for (const HeadPass& x : passes) {
       const float* key = x.acts.value_out.data();
       if (std::any_of(padded_of.begin(), padded_of.end(), [&](const auto& p) { return p.first == key; })) continue;
-      const std::size_t floats =
-          static_cast<std::size_t>(x.acts.rows) * value_ld + table.padded_block(x.acts.rows, c.atoms, table.branches, kPad);
+      const std::size_t floats = static_cast<std::size_t>(x.acts.rows) * value_ld +
+                                 table.padded_block(x.acts.rows, c.atoms, table.branches, kPad);
       padded_.emplace_back("zs::plan::padded_outputs", floats);
       padded_of.emplace_back(key, padded_.back().data());
     }
@@ -223,19 +228,10 @@ void ForwardPlan::add_heads(const Network& net, const std::vector<HeadPass>& pas
     // Runs of passes one product covers: the same parameters and head activations, adjacent
     // rows and adjacent features (the online net on s and s′). A product per head and run, its
     // bias and ReLU in the epilogue: no pass over every head's rows after the batch.
-    std::vector<std::vector<std::size_t>> runs;
-    for (std::size_t p = 0; p < passes.size(); ++p) {
-      if (!runs.empty()) {
-        const HeadPass& prev = passes[runs.back().back()];
-        const HeadPass& x = passes[p];
-        if (x.params == prev.params && x.acts.value_hidden.data() == prev.acts.value_hidden.data() &&
-            x.row0 == prev.row0 + R && x.features == prev.features + static_cast<std::size_t>(R) * c.trunk.back()) {
-          runs.back().push_back(p);
-          continue;
-        }
-      }
-      runs.push_back({p});
-    }
+    const auto runs = runs_of(passes, [&](const HeadPass& prev, const HeadPass& x) {
+      return x.params == prev.params && x.acts.value_hidden.data() == prev.acts.value_hidden.data() &&
+             x.row0 == prev.row0 + R && x.features == prev.features + static_cast<std::size_t>(R) * c.trunk.back();
+    });
     for (const auto& run : runs) {
       const HeadPass& x = passes[run.front()];
       for (const Head& h : heads_of(net, x.set)) {
@@ -324,13 +320,13 @@ void ForwardPlan::enqueue(const ExecSpace& exec, const Gemm& gemm, const SideLan
 int ForwardPlan::side_launches() const { return count_side(ops_); }
 
 BackwardPlan::BackwardPlan(const Network& net, const ParamBuffer& p, const ConstMatrixView& input,
-                           const Activations& acts, Gradients& g, const ParamBuffer& grad, bool features_in_products)
+                           const Activations& acts, Gradients& g, const ParamBuffer& grad)
     : BackwardPlan(net, p, input, acts, {{net.main_heads(), acts.heads(), g.d_value_out.data(), g.d_branch_out.data()}},
-                   g, grad, features_in_products) {}
+                   g, grad) {}
 
 BackwardPlan::BackwardPlan(const Network& net, const ParamBuffer& p, const ConstMatrixView& input,
                            const Activations& acts, const std::vector<HeadSetGrads>& sets, Gradients& g,
-                           const ParamBuffer& grad, bool features_in_products) {
+                           const ParamBuffer& grad) {
   const Config& c = net.config();
   const int B = g.rows, T = static_cast<int>(c.trunk.size()), F = c.trunk.back(), H = c.head_hidden;
   require(B <= acts.rows, "BackwardPlan: ", B, " gradient rows but only ", acts.rows, " activation rows");
@@ -353,9 +349,7 @@ BackwardPlan::BackwardPlan(const Network& net, const ParamBuffer& p, const Const
   }
   const int n_heads = static_cast<int>(heads.size());
   d_hidden_ = DeviceFloats("zs::plan::d_hidden", static_cast<std::size_t>(n_heads) * B * H);
-  // Summed in the products, one matrix; else one a head, summed by the trunk's mask launch.
-  const bool summed = features_in_products && n_heads > 1;
-  d_features_ = DeviceFloats("zs::plan::d_features", static_cast<std::size_t>(summed ? 1 : n_heads) * B * F);
+  d_features_ = DeviceFloats("zs::plan::d_features", static_cast<std::size_t>(n_heads) * B * F);
   auto hidden_of = [](const Head& h) { return h.hidden_act; };
   auto d_out_of = [](const Head& h) { return h.d_out; };
   auto d_hidden_of = [&](int i) { return d_hidden_.data() + static_cast<std::size_t>(i) * B * H; };
@@ -392,13 +386,7 @@ BackwardPlan::BackwardPlan(const Network& net, const ParamBuffer& p, const Const
         x.push_back({d_hidden_of(i), p.weight(heads[i].hidden).data(), d_features_.data() + static_cast<std::size_t>(i) * B * F});
       }
       ops_.push_back(gemm_op(GemmBatch(Trans::T, Trans::N, H, F, B, 1.f, 0.f, w), true));
-      if (summed) {
-        for (int i = 0; i < n_heads; ++i)
-          ops_.push_back(gemm_op(GemmBatch(Trans::N, Trans::N, B, F, H, 1.f, i == 0 ? 0.f : 1.f,
-                                           {{d_hidden_of(i), p.weight(heads[i].hidden).data(), d_features_.data()}})));
-      } else {
-        ops_.push_back(gemm_op(GemmBatch(Trans::N, Trans::N, B, F, H, 1.f, 0.f, x)));
-      }
+      ops_.push_back(gemm_op(GemmBatch(Trans::N, Trans::N, B, F, H, 1.f, 0.f, x)));
     }
   }
   // Trunk, top down. The top layer's mask kernel also adds up the heads' shares.
@@ -406,8 +394,7 @@ BackwardPlan::BackwardPlan(const Network& net, const ParamBuffer& p, const Const
     const int out = c.trunk[i], in = i == 0 ? c.state_dim : c.trunk[i - 1];
     float* dz = g.d_trunk[i].data();
     ColumnSumEntry e{dz, 0, 1, acts.trunk[i].data(), dz, grad.bias(i).data(), out};
-    if (i == T - 1 && n_heads > 0)
-      e.parts = d_features_.data(), e.part_stride = static_cast<std::int64_t>(B) * F, e.n_parts = summed ? 1 : n_heads;
+    if (i == T - 1 && n_heads > 0) e.parts = d_features_.data(), e.part_stride = static_cast<std::int64_t>(B) * F, e.n_parts = n_heads;
     kernels::ColumnSumLaunch<ExecSpace> mask({e}, B);
     ops_.push_back({[mask](const ExecSpace& exec, const Gemm&) { mask(exec); }});
     const float* x = i == 0 ? input.data() : acts.trunk[i - 1].data();

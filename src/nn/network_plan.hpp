@@ -131,16 +131,13 @@ class BackwardPlan {
   // `input`), from g.d_value_out and g.d_branch_out into `grad` (every tensor overwritten),
   // like Network::backward. Uses g.d_trunk and its own scratch.
   BackwardPlan(const Network& net, const ParamBuffer& params, const ConstMatrixView& input, const Activations& acts,
-               Gradients& g, const ParamBuffer& grad, bool features_in_products = false);
+               Gradients& g, const ParamBuffer& grad);
   // Several head sets on the one trunk (e.g. the ensemble's members), all into `grad`; the
   // trunk gets the sum of their input gradients; acts supplies the trunk activations. With no
   // head sets, the trunk alone, from ∂loss/∂features already in g.d_trunk.back().
-  // features_in_products: the heads' shares of ∂loss/∂features are added by their products, one
-  // after another into one matrix (each adds into what the last wrote), instead of a matrix a
-  // head that the trunk's mask launch reads and adds up.
   BackwardPlan(const Network& net, const ParamBuffer& params, const ConstMatrixView& input, const Activations& acts,
-               const std::vector<HeadSetGrads>& sets, Gradients& g, const ParamBuffer& grad,
-               bool features_in_products = false);
+               const std::vector<HeadSetGrads>& sets, Gradients& g, const ParamBuffer& grad);
+
   // With a side lane, every weight gradient runs on the side: only the chain of input gradients,
   // masks and bias sums stays on the main stream.
   void enqueue(const ExecSpace& exec, const Gemm& gemm, const SideLane* side = nullptr) const;
@@ -150,7 +147,7 @@ class BackwardPlan {
 
  private:
   DeviceFloats d_hidden_;    // [heads][rows][head_hidden]: ∂loss/∂(post-ReLU hidden) per head
-  DeviceFloats d_features_;  // [heads][rows][trunk.back()]: each head's share of ∂loss/∂features (or their sum)
+  DeviceFloats d_features_;  // [heads][rows][trunk.back()]: each head's share of ∂loss/∂features
   std::vector<PlanOp> ops_;
 };
 

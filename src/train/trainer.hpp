@@ -58,15 +58,17 @@ struct TrainerOptions {
   // epilogue per head and run of passes, instead of one batch of every head and pass and a bias
   // pass over their rows. Off until the H200 says (BM_StepFusedBias, fused 2).
   bool heads_bias = false;
-  // The launch plans' backward adds the heads' shares of ∂loss/∂features in the products that
-  // form them (one after another, each adding into the last: BackwardPlan's
-  // features_in_products) instead of writing a share a head for the trunk's mask launch to add
-  // up. Off until the H200 says (BM_StepFeaturesInProducts).
-  bool features_in_products = false;
   // The launch plans' output layers store their rows padded to 16 bytes, where the dueling head
   // reads them (ForwardShape::padded_outputs): cuBLAS can then take its vector-aligned kernels
   // for the odd widths n·atoms. Off until the H200 says (BM_StepPlanOptions, option 4).
   bool padded_outputs = false;
+  // The C51 loss's projection: each target atom gathers only from the source atoms within two
+  // atoms of it (a binary search on their ascending positions; kernels::gather_mass), the same
+  // terms in the same order, instead of walking all of them; in the fused step's loss phase and
+  // in the launch plans' loss kernel alike. H100, thirty-fifth session: the loss kernel alone
+  // 111.0 → 92.4 µs at B = 4096 and 16.7 → 16.3 at 256 (BM_C51Loss), the fused step at B = 256
+  // at parity (111.2 → 111.0, BM_StepNarrowGather); off until the step at B = 4096 says.
+  bool narrow_gather = false;
   // The guard's and the loss terms' mailbox posts (each two system-scope fences) on the side lane
   // beside the optimizer's update, instead of between the gradient norm and the update; needs
   // side_lane. On: the H200 step at B = 256 took 127.4 µs against 130.8 with the posts between
