@@ -54,13 +54,16 @@ struct TrainerOptions {
   // the side lane. By default where it wins (kBiasInProducts): on CUDA, where the H200 step is
   // 3.5 % faster at B = 256 and 5 % at 4096 / 512 / 256 (BM_StepFusedBias), not on the host.
   bool fused_bias = kBiasInProducts;
-  // The heads' hidden layers too (ForwardPlan's heads_bias): a product with the bias and ReLU
+  // The heads' hidden layers too (ForwardShape::heads_bias): a product with the bias and ReLU
   // epilogue per head and run of passes, instead of one batch of every head and pass and a bias
-  // pass over their rows. Off until the H200 says (BM_StepFusedBias, fused 2).
+  // pass over their rows. H100, thirty-fifth session (BM_StepPlanOptions, option 1): 672.7 →
+  // 660.9 µs a step at B = 4096 / 512 / 256; off until B = 512 and 1024 are measured (at 512 rows
+  // a product, eight products lose to one batch).
   bool heads_bias = false;
   // The launch plans' output layers store their rows padded to 16 bytes, where the dueling head
-  // reads them (ForwardShape::padded_outputs): cuBLAS can then take its vector-aligned kernels
-  // for the odd widths n·atoms. Off until the H200 says (BM_StepPlanOptions, option 4).
+  // reads them (ForwardShape::padded_outputs). H100, thirty-fifth session: no change (671.3
+  // against 672.7 µs at B = 4096): cuBLAS keeps its one-float-aligned kernels while the product
+  // is still an odd n·atoms columns wide; the padded width must be computed too (performance.md).
   bool padded_outputs = false;
   // The C51 loss's projection: each target atom gathers only from the source atoms within two
   // atoms of it (a binary search on their ascending positions; kernels::gather_mass), the same
