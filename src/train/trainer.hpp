@@ -57,8 +57,8 @@ struct TrainerOptions {
   // The heads' hidden layers too (ForwardShape::heads_bias): a product with the bias and ReLU
   // epilogue per head and run of passes, instead of one batch of every head and pass and a bias
   // pass over their rows. H100, thirty-fifth session (BM_StepPlanOptions, option 1): 672.7 →
-  // 660.9 µs a step at B = 4096 / 512 / 256; off until B = 512 and 1024 are measured (at 512 rows
-  // a product, eight products lose to one batch).
+  // 660.9 µs a step at B = 4096 / 512 / 256; off until B = 512 and 1024 are measured (at B = 256
+  // it and the other two plan options together lost 43 µs).
   bool heads_bias = false;
   // The launch plans' output layers store their rows padded to 16 bytes, where the dueling head
   // reads them (ForwardShape::padded_outputs). H100, thirty-fifth session: no change (671.3
