@@ -43,45 +43,67 @@ std::vector<double> as_double(const std::vector<float>& v) { return std::vector<
 
 }  // namespace
 
+namespace {
+
+// `count` random products of one shape through one GemmBatch, each against a naive double loop,
+// with every operand's rows stored `pad_a`, `pad_b`, `pad_c` floats wider than their width (0:
+// dense, without with_ld); where C is padded, its padding must keep what it held.
+void expect_batch_matches_reference(zs::Trans ta, zs::Trans tb, int m, int n, int k, int count, int pad_a, int pad_b,
+                                    int pad_c, std::uint64_t seed) {
+  SCOPED_TRACE(testing::Message() << "m " << m << " × " << count << ", ta " << int(ta) << " tb " << int(tb)
+                                  << ", padding " << pad_a << " / " << pad_b << " / " << pad_c);
+  zs::Stream stream;
+  zs::Gemm gemm(stream, zs::Precision::fp32);
+  // A stored [m, k] or, transposed, [k, m]; B [k, n] or [n, k]; each row ld floats apart.
+  const int ar = ta == zs::Trans::N ? m : k, br = tb == zs::Trans::N ? k : n;
+  const int lda = (ta == zs::Trans::N ? k : m) + pad_a, ldb = (tb == zs::Trans::N ? n : k) + pad_b, ldc = n + pad_c;
+  const float alpha = 0.75f, beta = -0.5f;
+  std::vector<zs::DeviceFloats> a, b, c;
+  std::vector<std::vector<float>> ha, hb, hc;
+  std::vector<zs::GemmEntry> entries;
+  for (int e = 0; e < count; ++e) {
+    ha.push_back(random_normal(std::size_t(ar) * lda, seed + 10 * e));
+    hb.push_back(random_normal(std::size_t(br) * ldb, seed + 10 * e + 1));
+    hc.push_back(random_normal(std::size_t(m) * ldc, seed + 10 * e + 2));
+    a.push_back(to_device(ha.back()));
+    b.push_back(to_device(hb.back()));
+    c.push_back(to_device(hc.back()));
+    entries.push_back({a.back().data(), b.back().data(), c.back().data()});
+  }
+  zs::GemmBatch batch(ta, tb, m, n, k, alpha, beta, entries);
+  if (pad_a + pad_b + pad_c > 0) batch.with_ld(lda, ldb, ldc);
+  gemm(batch);
+  stream.synchronize();
+  for (int e = 0; e < count; ++e) {
+    const auto got = to_host(c[e]);
+    std::vector<float> dense(std::size_t(m) * n);
+    std::vector<double> ref(dense.size());
+    for (int i = 0; i < m; ++i) {
+      for (int j = 0; j < n; ++j) {
+        double s = 0;
+        for (int p = 0; p < k; ++p)
+          s += double(ta == zs::Trans::N ? ha[e][i * lda + p] : ha[e][p * lda + i]) *
+               double(tb == zs::Trans::N ? hb[e][p * ldb + j] : hb[e][j * ldb + p]);
+        ref[i * n + j] = alpha * s + beta * double(hc[e][i * ldc + j]);
+        dense[i * n + j] = got[i * ldc + j];
+      }
+      for (int j = n; j < ldc; ++j)
+        EXPECT_EQ(got[i * ldc + j], hc[e][i * ldc + j]) << "C's padding of row " << i << " was written";
+    }
+    EXPECT_LT(max_rel(dense, ref), 1e-5) << "entry " << e;
+  }
+}
+
+}  // namespace
+
 TEST(GemmBatch, EveryProductMatchesTheNaiveReferenceForEveryTranspose) {
   const auto seed = zs::test::fresh_seed();
   SCOPED_TRACE(testing::Message() << "seed " << seed);
-  zs::Stream stream;
-  zs::Gemm gemm(stream, zs::Precision::fp32);
-  const int n = 37, k = 70;
   // m = 70 with one or three products: the host cuts products into row bands of C.
   for (const auto& [m, count] : {std::pair{13, 3}, std::pair{70, 1}, std::pair{70, 3}})
-  for (zs::Trans ta : {zs::Trans::N, zs::Trans::T})
-    for (zs::Trans tb : {zs::Trans::N, zs::Trans::T}) {
-      const float alpha = 0.75f, beta = -0.5f;
-      std::vector<zs::DeviceFloats> a, b, c;
-      std::vector<std::vector<float>> ha, hb, hc;
-      std::vector<zs::GemmEntry> entries;
-      for (int e = 0; e < count; ++e) {
-        ha.push_back(random_normal(std::size_t(m) * k, seed + 10 * e));
-        hb.push_back(random_normal(std::size_t(k) * n, seed + 10 * e + 1));
-        hc.push_back(random_normal(std::size_t(m) * n, seed + 10 * e + 2));
-        a.push_back(to_device(ha.back()));
-        b.push_back(to_device(hb.back()));
-        c.push_back(to_device(hc.back()));
-        entries.push_back({a.back().data(), b.back().data(), c.back().data()});
-      }
-      gemm(zs::GemmBatch(ta, tb, m, n, k, alpha, beta, entries));
-      stream.synchronize();
-      for (int e = 0; e < count; ++e) {
-        // A stored [m, k] or, transposed, [k, m]; B [k, n] or [n, k].
-        std::vector<double> ref(std::size_t(m) * n);
-        for (int i = 0; i < m; ++i)
-          for (int j = 0; j < n; ++j) {
-            double s = 0;
-            for (int p = 0; p < k; ++p)
-              s += double(ta == zs::Trans::N ? ha[e][i * k + p] : ha[e][p * m + i]) *
-                   double(tb == zs::Trans::N ? hb[e][p * n + j] : hb[e][j * k + p]);
-            ref[i * n + j] = alpha * s + beta * double(hc[e][i * n + j]);
-          }
-        EXPECT_LT(max_rel(to_host(c[e]), ref), 1e-5) << "entry " << e << " ta " << int(ta) << " tb " << int(tb);
-      }
-    }
+    for (zs::Trans ta : {zs::Trans::N, zs::Trans::T})
+      for (zs::Trans tb : {zs::Trans::N, zs::Trans::T})
+        expect_batch_matches_reference(ta, tb, m, 37, 70, count, 0, 0, 0, seed);
   EXPECT_NE(zs::test::error_of([] { zs::GemmBatch(zs::Trans::N, zs::Trans::N, 2, 2, 2, 1.f, 0.f, {}); })
                 .find("0 products"),
             std::string::npos);
@@ -93,46 +115,9 @@ TEST(GemmBatch, EveryProductMatchesTheNaiveReferenceForEveryTranspose) {
 TEST(GemmBatch, RowsStoredWiderThanTheirWidth) {
   const auto seed = zs::test::fresh_seed();
   SCOPED_TRACE(testing::Message() << "seed " << seed);
-  zs::Stream stream;
-  zs::Gemm gemm(stream, zs::Precision::fp32);
-  const int m = 21, n = 51, k = 13, count = 3;
   for (zs::Trans ta : {zs::Trans::N, zs::Trans::T})
-    for (zs::Trans tb : {zs::Trans::N, zs::Trans::T}) {
-      const int ar = ta == zs::Trans::N ? m : k, br = tb == zs::Trans::N ? k : n;
-      const int lda = (ta == zs::Trans::N ? k : m) + 3, ldb = (tb == zs::Trans::N ? n : k) + 1, ldc = n + 1;
-      const float alpha = 1.25f, beta = 0.5f;
-      std::vector<zs::DeviceFloats> a, b, c;
-      std::vector<std::vector<float>> ha, hb, hc;
-      std::vector<zs::GemmEntry> entries;
-      for (int e = 0; e < count; ++e) {
-        ha.push_back(random_normal(std::size_t(ar) * lda, seed + 10 * e));
-        hb.push_back(random_normal(std::size_t(br) * ldb, seed + 10 * e + 1));
-        hc.push_back(random_normal(std::size_t(m) * ldc, seed + 10 * e + 2));
-        a.push_back(to_device(ha.back()));
-        b.push_back(to_device(hb.back()));
-        c.push_back(to_device(hc.back()));
-        entries.push_back({a.back().data(), b.back().data(), c.back().data()});
-      }
-      gemm(zs::GemmBatch(ta, tb, m, n, k, alpha, beta, entries).with_ld(lda, ldb, ldc));
-      stream.synchronize();
-      for (int e = 0; e < count; ++e) {
-        const auto got = to_host(c[e]);
-        std::vector<float> dense(std::size_t(m) * n);
-        std::vector<double> ref(dense.size());
-        for (int i = 0; i < m; ++i) {
-          for (int j = 0; j < n; ++j) {
-            double s = 0;
-            for (int p = 0; p < k; ++p)
-              s += double(ta == zs::Trans::N ? ha[e][i * lda + p] : ha[e][p * lda + i]) *
-                   double(tb == zs::Trans::N ? hb[e][p * ldb + j] : hb[e][j * ldb + p]);
-            ref[i * n + j] = alpha * s + beta * double(hc[e][i * ldc + j]);
-            dense[i * n + j] = got[i * ldc + j];
-          }
-          EXPECT_EQ(got[i * ldc + n], hc[e][i * ldc + n]) << "C's padding of row " << i << " was written";
-        }
-        EXPECT_LT(max_rel(dense, ref), 1e-5) << "entry " << e << " ta " << int(ta) << " tb " << int(tb);
-      }
-    }
+    for (zs::Trans tb : {zs::Trans::N, zs::Trans::T})
+      expect_batch_matches_reference(ta, tb, 21, 51, 13, 3, 3, 1, 1, seed);
   EXPECT_NE(zs::test::error_of([&] {
               zs::DeviceFloats x("x", 64);
               zs::GemmBatch(zs::Trans::N, zs::Trans::N, 4, 4, 4, 1.f, 0.f, {{x.data(), x.data(), x.data()}})

@@ -28,6 +28,7 @@ struct DuelingEntry {
   // stream's rows value_ld floats apart (0: atoms), branch k's n_k·atoms rounded up to a multiple
   // of row_pad (BranchTable::row_floats; its block starts at total_rows times the rows before).
   int value_ld = 0, row_pad = 1;
+  KOKKOS_INLINE_FUNCTION int value_row(int atoms) const { return value_ld > 0 ? value_ld : atoms; }
 };
 
 // Where a dueling kernel finds its entries: a device table prepared once (the step's passes,
@@ -109,19 +110,18 @@ struct DuelingTiles {
     const int r0 = x.row0 + first, R = x.total_rows;
     float* const value = logit + static_cast<std::size_t>(tile_rows) * A * atoms;
     float* const mean = value + static_cast<std::size_t>(tile_rows) * atoms;
-    std::size_t block = 0;  // branch k's first float
     for (int k = 0; k < K; ++k) {
       const int c0 = table.cum(k), w = table.size(k) * atoms, ld = table.row_floats(atoms, k, x.row_pad);
-      const float* const src = x.branch_out + block + static_cast<std::size_t>(r0) * ld;
+      const float* const src =
+          x.branch_out + table.padded_block(R, atoms, k, x.row_pad) + static_cast<std::size_t>(r0) * ld;
       const float* const bias = entries.branch_bias(x, k);
       Kokkos::parallel_for(Kokkos::TeamVectorRange(team, rows * w), [&](const int f) {
         const int u = f / w, t = f % w;
         const float o = src[static_cast<std::size_t>(u) * ld + t];
         logit[(static_cast<std::size_t>(u) * A + c0) * atoms + t] = bias ? o + bias[t] : o;  // as the GEMM's bias pass
       });
-      block += static_cast<std::size_t>(R) * ld;
     }
-    const int vld = x.value_ld > 0 ? x.value_ld : atoms;
+    const int vld = x.value_row(atoms);
     const float* const vsrc = x.value + static_cast<std::size_t>(r0) * vld;
     Kokkos::parallel_for(Kokkos::TeamVectorRange(team, rows * atoms), [&](const int f) {
       const float v = vsrc[static_cast<std::size_t>(f / atoms) * vld + f % atoms];
@@ -187,7 +187,7 @@ struct DuelingRows {
       Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, atoms), [&](const int j) {
         float m = 0.f;
         for (int b = 0; b < n; ++b) m += out_k(b, j);
-        const float v = x.value[static_cast<std::size_t>(r) * (x.value_ld > 0 ? x.value_ld : atoms) + j];
+        const float v = x.value[static_cast<std::size_t>(r) * x.value_row(atoms) + j];
         value[j] = x.value_bias ? v + x.value_bias[j] : v;
         mean[j] = m / static_cast<float>(n);
       });

@@ -1,6 +1,5 @@
 #include "nn/network_plan.hpp"
 
-#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -194,23 +193,18 @@ void ForwardPlan::add_heads(const Network& net, const std::vector<HeadPass>& pas
   // first pass that names them its key.
   constexpr int kPad = 4;
   const kernels::BranchTable& table = net.table();
-  const int value_ld = (c.atoms + kPad - 1) / kPad * kPad;
   auto padded_ld = [&](int width) { return shape.padded_outputs ? (width + kPad - 1) / kPad * kPad : width; };
-  std::vector<std::pair<const float*, float*>> padded_of;  // acts' value_out → its padded buffer
+  const int value_ld = padded_ld(c.atoms);
+  std::map<const float*, float*> padded_of;  // acts' value_out → its padded buffer
   if (shape.padded_outputs)
     for (const HeadPass& x : passes) {
-      const float* key = x.acts.value_out.data();
-      if (std::any_of(padded_of.begin(), padded_of.end(), [&](const auto& p) { return p.first == key; })) continue;
+      if (padded_of.count(x.acts.value_out.data()) != 0) continue;
       const std::size_t floats = static_cast<std::size_t>(x.acts.rows) * value_ld +
                                  table.padded_block(x.acts.rows, c.atoms, table.branches, kPad);
       padded_.emplace_back("zs::plan::padded_outputs", floats);
-      padded_of.emplace_back(key, padded_.back().data());
+      padded_of[x.acts.value_out.data()] = padded_.back().data();
     }
-  auto padded_value = [&](const HeadPass& x) {
-    for (const auto& p : padded_of)
-      if (p.first == x.acts.value_out.data()) return p.second;
-    return static_cast<float*>(nullptr);
-  };
+  auto padded_value = [&](const HeadPass& x) { return padded_of.at(x.acts.value_out.data()); };
   auto padded_branches = [&](const HeadPass& x) {
     return padded_value(x) + static_cast<std::size_t>(x.acts.rows) * value_ld;
   };

@@ -137,7 +137,6 @@ class BackwardPlan {
   // head sets, the trunk alone, from ∂loss/∂features already in g.d_trunk.back().
   BackwardPlan(const Network& net, const ParamBuffer& params, const ConstMatrixView& input, const Activations& acts,
                const std::vector<HeadSetGrads>& sets, Gradients& g, const ParamBuffer& grad);
-
   // With a side lane, every weight gradient runs on the side: only the chain of input gradients,
   // masks and bias sums stays on the main stream.
   void enqueue(const ExecSpace& exec, const Gemm& gemm, const SideLane* side = nullptr) const;
