@@ -132,70 +132,92 @@ TEST(DenseBatch, BiasActAndColumnSumsMatchNaiveLoops) {
   zs::Stream stream;
   const auto& exec = stream.exec();
   const int rows = 37;
-  const std::vector<int> widths{70, 5, 32, 33};
-  // Bias + ReLU (entries 0, 2) and bias only (1, 3), entries of different widths in one launch.
-  std::vector<zs::DeviceFloats> y, b;
-  std::vector<std::vector<float>> hy, hb;
-  std::vector<zs::kernels::BiasActEntry> ba;
-  for (std::size_t e = 0; e < widths.size(); ++e) {
-    hy.push_back(random_normal(std::size_t(rows) * widths[e], seed + e));
-    hb.push_back(random_normal(widths[e], seed + 100 + e));
-    y.push_back(to_device(hy.back()));
-    b.push_back(to_device(hb.back()));
-    ba.push_back({y.back().data(), b.back().data(), widths[e], e % 2 == 0});
-  }
-  zs::kernels::BiasActLaunch<zs::ExecSpace>(ba, rows)(exec);
-  stream.synchronize();
-  for (std::size_t e = 0; e < widths.size(); ++e) {
-    const auto out = to_host(y[e]);
-    for (int r = 0; r < rows; ++r)
-      for (int c = 0; c < widths[e]; ++c) {
-        const double v = double(hy[e][r * widths[e] + c]) + hb[e][c];
-        ASSERT_FLOAT_EQ(out[r * widths[e] + c], float(e % 2 == 0 ? std::max(v, 0.0) : v)) << e << " " << r << " " << c;
-      }
+  // 300 columns: more than a warp's lanes times the columns each loads at once.
+  const std::vector<int> widths{70, 5, 32, 33, 300};
+  // Bias + ReLU (even entries) and bias only (odd), entries of different widths in one launch,
+  // each lane loading 1, 3 or 8 columns before it stores.
+  for (int in_flight : {1, 3, zs::kernels::kBiasColsInFlight}) {
+    SCOPED_TRACE(testing::Message() << "cols_in_flight " << in_flight);
+    std::vector<zs::DeviceFloats> y, b;
+    std::vector<std::vector<float>> hy, hb;
+    std::vector<zs::kernels::BiasActEntry> ba;
+    for (std::size_t e = 0; e < widths.size(); ++e) {
+      hy.push_back(random_normal(std::size_t(rows) * widths[e], seed + e));
+      hb.push_back(random_normal(widths[e], seed + 100 + e));
+      y.push_back(to_device(hy.back()));
+      b.push_back(to_device(hb.back()));
+      ba.push_back({y.back().data(), b.back().data(), widths[e], e % 2 == 0});
+    }
+    zs::kernels::BiasActLaunch<zs::ExecSpace>(ba, rows, in_flight)(exec);
+    stream.synchronize();
+    for (std::size_t e = 0; e < widths.size(); ++e) {
+      const auto out = to_host(y[e]);
+      for (int r = 0; r < rows; ++r)
+        for (int c = 0; c < widths[e]; ++c) {
+          const double v = double(hy[e][r * widths[e] + c]) + hb[e][c];
+          ASSERT_FLOAT_EQ(out[r * widths[e] + c], float(e % 2 == 0 ? std::max(v, 0.0) : v)) << e << " " << r << " " << c;
+        }
+    }
   }
 
   // Column sums: plain (entry 0), masked in place (1), three parts summed and masked into dz (2);
-  // in one block of rows and in blocks of 8 rows (the cross-team path), each launched twice:
-  // the second launch shows the per-chunk counters were reset.
-  const int w = 70, parts = 3;
-  const auto g0 = random_normal(std::size_t(rows) * w, seed + 200);
-  const auto g1 = random_normal(std::size_t(rows) * w, seed + 201);
-  const auto gp = random_normal(std::size_t(parts) * rows * w, seed + 202);
-  const auto act = random_normal(std::size_t(rows) * w, seed + 203);
-  std::vector<double> r0(w), r1(w), r2(w), z1(std::size_t(rows) * w), z2(std::size_t(rows) * w);
-  for (int r = 0; r < rows; ++r)
+  // in blocks of the automatic size, of 8 rows (the cross-team path) and of all 201 rows (a lane
+  // walks 25 or more rows: several groups of rows in flight and a partial one), each lane loading
+  // 1, 3 or 8 rows before it stores. Each is launched twice: the second launch shows the
+  // per-chunk counters were reset. Rows are added in the same order however many are in flight,
+  // so every in-flight count gives the bits of the first.
+  const int w = 70, parts = 3, crows = 201;
+  const auto g0 = random_normal(std::size_t(crows) * w, seed + 200);
+  const auto g1 = random_normal(std::size_t(crows) * w, seed + 201);
+  const auto gp = random_normal(std::size_t(parts) * crows * w, seed + 202);
+  const auto act = random_normal(std::size_t(crows) * w, seed + 203);
+  std::vector<double> r0(w), r1(w), r2(w), z1(std::size_t(crows) * w), z2(std::size_t(crows) * w);
+  for (int r = 0; r < crows; ++r)
     for (int c = 0; c < w; ++c) {
       const std::size_t i = std::size_t(r) * w + c;
       const bool on = act[i] > 0.f;
       double sum = 0;
-      for (int p = 0; p < parts; ++p) sum += gp[p * std::size_t(rows) * w + i];
+      for (int p = 0; p < parts; ++p) sum += gp[p * std::size_t(crows) * w + i];
       r0[c] += g0[i];
       z1[i] = on ? g1[i] : 0.0;
       r1[c] += z1[i];
       z2[i] = on ? sum : 0.0;
       r2[c] += z2[i];
     }
-  for (int block_rows : {0, 8}) {
-    SCOPED_TRACE(testing::Message() << "block_rows " << block_rows);
-    auto d0 = to_device(g0), d1 = to_device(g1), dp = to_device(gp), da = to_device(act);
-    zs::DeviceFloats dz("dz", std::size_t(rows) * w), db0("db0", w), db1("db1", w), db2("db2", w);
-    const zs::kernels::ColumnSumLaunch<zs::ExecSpace> sums(
-        {{d0.data(), 0, 1, nullptr, nullptr, db0.data(), w},
-         {d1.data(), 0, 1, da.data(), d1.data(), db1.data(), w},
-         {dp.data(), std::int64_t(rows) * w, parts, da.data(), dz.data(), db2.data(), w}},
-        rows, block_rows);
-    for (int launch = 0; launch < 2; ++launch) {
-      sums(exec);  // the in-place mask is idempotent, so a second launch must give the same
-      stream.synchronize();
-      EXPECT_LT(max_rel(to_host(db0), r0), 1e-5);
-      EXPECT_LT(max_rel(to_host(db1), r1), 1e-5);
-      EXPECT_LT(max_rel(to_host(db2), r2), 1e-5);
-      EXPECT_LT(max_rel(to_host(d1), z1), 1e-6);
-      EXPECT_LT(max_rel(to_host(dz), z2), 1e-6);
+  for (int block_rows : {0, 8, crows}) {
+    std::vector<std::vector<float>> first;
+    for (int in_flight : {1, 3, zs::kernels::kColumnRowsInFlight}) {
+      SCOPED_TRACE(testing::Message() << "block_rows " << block_rows << ", rows_in_flight " << in_flight);
+      auto d0 = to_device(g0), d1 = to_device(g1), dp = to_device(gp), da = to_device(act);
+      zs::DeviceFloats dz("dz", std::size_t(crows) * w), db0("db0", w), db1("db1", w), db2("db2", w);
+      const zs::kernels::ColumnSumLaunch<zs::ExecSpace> sums(
+          {{d0.data(), 0, 1, nullptr, nullptr, db0.data(), w},
+           {d1.data(), 0, 1, da.data(), d1.data(), db1.data(), w},
+           {dp.data(), std::int64_t(crows) * w, parts, da.data(), dz.data(), db2.data(), w}},
+          crows, block_rows, in_flight);
+      for (int launch = 0; launch < 2; ++launch) {
+        sums(exec);  // the in-place mask is idempotent, so a second launch must give the same
+        stream.synchronize();
+        EXPECT_LT(max_rel(to_host(db0), r0), 1e-5);
+        EXPECT_LT(max_rel(to_host(db1), r1), 1e-5);
+        EXPECT_LT(max_rel(to_host(db2), r2), 1e-5);
+        EXPECT_LT(max_rel(to_host(d1), z1), 1e-6);
+        EXPECT_LT(max_rel(to_host(dz), z2), 1e-6);
+      }
+      const std::vector<std::vector<float>> bits{to_host(db0), to_host(db1), to_host(db2)};
+      if (first.empty())
+        first = bits;
+      else
+        for (std::size_t e = 0; e < bits.size(); ++e)
+          for (int c = 0; c < w; ++c) ASSERT_EQ(bits[e][c], first[e][c]) << "entry " << e << ", column " << c;
     }
   }
   EXPECT_GT(*std::max_element(r2.begin(), r2.end()), 0.1) << "the test must not sum zeros alone";
+  EXPECT_NE(zs::test::error_of([&] {
+              zs::DeviceFloats x("x", 4);
+              zs::kernels::ColumnSumLaunch<zs::ExecSpace>({{x.data(), 0, 1, nullptr, nullptr, x.data(), 4}}, 1, 0, 9);
+            }).find("rows_in_flight = 9; expected 1 to 8"),
+            std::string::npos);
 }
 
 namespace {

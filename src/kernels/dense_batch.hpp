@@ -13,9 +13,13 @@
 #include "backends/backend.hpp"
 #include "core/error.hpp"
 #include "backends/host_copy.hpp"
+#include "backends/warp_tile.hpp"
 #include "kernels/last_team.hpp"
 
 namespace zs::kernels {
+
+// The most columns a lane of BiasActBatch loads before it stores (BiasActLaunch's default).
+inline constexpr int kBiasColsInFlight = 8;
 
 // y [rows, cols] += b, then ReLU when relu != 0. Every entry of a batch has the same rows.
 struct BiasActEntry {
@@ -33,16 +37,39 @@ struct BiasActBatch {
   using Member = typename Kokkos::TeamPolicy<Exec>::member_type;
   Kokkos::View<const BiasActEntry*, typename Exec::memory_space> entries;
   int rows = 0, rows_per_team = 1, blocks = 1;  // blocks of rows per entry
+  int in_flight = kBiasColsInFlight;            // 1 .. kBiasColsInFlight
 
   KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
+    constexpr bool host = Kokkos::SpaceAccessibility<Kokkos::HostSpace, typename Exec::memory_space>::accessible;
     const int e = team.league_rank() / blocks, r0 = (team.league_rank() % blocks) * rows_per_team;
     const int r1 = r0 + rows_per_team < rows ? r0 + rows_per_team : rows;
     const BiasActEntry x = entries(e);
+    // Lane v takes columns v, v + 32, …, loading in_flight of them before it stores any: y may
+    // alias the bias for all the compiler knows, so one column at a time waited out a memory
+    // latency per column (8 in a row of 256).
+    // The host's one thread takes a row's columns in a plain (vectorisable) loop.
+    const int lanes = x.cols < 32 ? x.cols : 32;
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, r0, r1), [&](const int r) {
       float* const y = x.y + static_cast<std::size_t>(r) * x.cols;
-      Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, x.cols), [&](const int c) {
-        const float v = y[c] + x.b[c];
-        y[c] = (x.relu && v < 0.f) ? 0.f : v;  // NaN stays NaN: the guard must see it in the loss
+      if (host) {
+        for (int c = 0; c < x.cols; ++c) y[c] = (x.relu && y[c] + x.b[c] < 0.f) ? 0.f : y[c] + x.b[c];
+        return;
+      }
+      Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, lanes), [&](const int v) {
+        for (int c0 = v; c0 < x.cols; c0 += lanes * in_flight) {
+          float o[kBiasColsInFlight] = {};
+          ZS_UNROLL
+          for (int u = 0; u < kBiasColsInFlight; ++u) {
+            const int c = c0 + u * lanes;
+            if (u < in_flight && c < x.cols) o[u] = y[c] + x.b[c];
+          }
+          ZS_UNROLL
+          for (int u = 0; u < kBiasColsInFlight; ++u) {
+            const int c = c0 + u * lanes;
+            // NaN stays NaN: the guard must see it in the loss.
+            if (u < in_flight && c < x.cols) y[c] = (x.relu && o[u] < 0.f) ? 0.f : o[u];
+          }
+        }
       });
     });
   }
@@ -53,9 +80,13 @@ template <class Exec>
 class BiasActLaunch {
  public:
   BiasActLaunch() = default;
-  BiasActLaunch(const std::vector<BiasActEntry>& entries, int rows) : rows_(rows) {
+  // cols_in_flight: columns a lane loads before it stores (1 is the old walk, kept for the benchmark).
+  BiasActLaunch(const std::vector<BiasActEntry>& entries, int rows, int cols_in_flight = kBiasColsInFlight)
+      : rows_(rows), in_flight_(cols_in_flight) {
     require(!entries.empty() && rows >= 1, "BiasActLaunch: ", entries.size(), " entries of ", rows,
             " rows; expected at least one entry of at least one row");
+    require(cols_in_flight >= 1 && cols_in_flight <= kBiasColsInFlight, "BiasActLaunch: cols_in_flight = ",
+            cols_in_flight, "; expected 1 to ", kBiasColsInFlight);
     for (std::size_t i = 0; i < entries.size(); ++i)
       require(entries[i].y && entries[i].b && entries[i].cols >= 1, "BiasActLaunch: entry ", i,
               " has a null matrix or bias, or ", entries[i].cols, " columns; expected both and >= 1 column");
@@ -75,12 +106,12 @@ class BiasActLaunch {
     Kokkos::parallel_for("zs::bias_act_batch",
                          Kokkos::TeamPolicy<Exec>(exec, static_cast<int>(table_.extent(0)) * blocks, host ? 1 : per_team,
                                                   host ? 1 : 32),
-                         AfterPriorGrids<BiasActBatch<Exec>>({table_, rows_, per_team, blocks}));
+                         AfterPriorGrids<BiasActBatch<Exec>>({table_, rows_, per_team, blocks, in_flight_}));
   }
 
  private:
   Kokkos::View<BiasActEntry*, typename Exec::memory_space> table_;
-  int rows_ = 0;
+  int rows_ = 0, in_flight_ = kBiasColsInFlight;
 };
 
 // db[c] = Σ_r g[r, c] where g = Σ_p parts[p][r, c] (parts `part_stride` floats apart), zeroed
@@ -98,6 +129,8 @@ struct ColumnSumEntry {
 
 // Columns per team: a warp's worth, so the lanes read consecutive floats of a row.
 inline constexpr int kColumnChunk = 32;
+// The most rows a lane loads before it stores (ColumnSumLaunch's rows_in_flight; the default).
+inline constexpr int kColumnRowsInFlight = 8;
 
 struct ColumnChunk {
   int entry = 0, col0 = 0;
@@ -116,6 +149,7 @@ struct ColumnSumBatch {
   Kokkos::View<float*, Mem> partials;  // [chunk][block][kColumnChunk]
   Kokkos::View<int*, Mem> done;        // per chunk: blocks finished; the last resets it to 0
   int rows = 0, block_rows = 0, blocks = 1;
+  int in_flight = kColumnRowsInFlight;  // 1 .. kColumnRowsInFlight
 
   KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
     const int chunk = team.league_rank() / blocks, block = team.league_rank() % blocks;
@@ -125,18 +159,39 @@ struct ColumnSumBatch {
     const int r0 = block * block_rows, r1 = r0 + block_rows < rows ? r0 + block_rows : rows;
     const int nt = team.team_size();
     float* const part = static_cast<float*>(team.team_scratch(0).get_shmem(sizeof(float) * nt * kColumnChunk));
-    // Thread t takes rows r0 + t, r0 + t + T, …; lanes take consecutive columns of a row.
+    // Thread t takes rows r0 + t, r0 + t + T, …; lanes take consecutive columns of a row. Each
+    // lane loads in_flight rows before it stores any: dz may be parts[0], so the compiler cannot
+    // move a row's loads above the store before it, and one row at a time was a chain of memory
+    // latencies (Nsight, B = 4096: 33–36 µs a launch for about 15 µs of traffic). The rows are
+    // still added in row order, so the sums keep their bits.
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, nt), [&](const int t) {
       Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, width), [&](const int j) {
         const int c = ch.col0 + j;
         float s = 0.f;
-        for (int r = r0 + t; r < r1; r += nt) {
-          const std::size_t i = static_cast<std::size_t>(r) * e.cols + c;
-          float g = e.parts[i];
-          for (int p = 1; p < e.n_parts; ++p) g += e.parts[p * e.part_stride + i];
-          if (e.act != nullptr && e.act[i] <= 0.f) g = 0.f;
-          if (e.dz != nullptr) e.dz[i] = g;
-          s += g;
+        for (int r = r0 + t; r < r1; r += nt * in_flight) {
+          const int here = (r1 - r + nt - 1) / nt < in_flight ? (r1 - r + nt - 1) / nt : in_flight;
+          float g[kColumnRowsInFlight] = {};
+          bool on[kColumnRowsInFlight] = {};
+          ZS_UNROLL
+          for (int u = 0; u < kColumnRowsInFlight; ++u) {
+            if (u >= here) continue;
+            const std::size_t i = static_cast<std::size_t>(r + u * nt) * e.cols + c;
+            g[u] = e.parts[i];
+            on[u] = e.act == nullptr || !(e.act[i] <= 0.f);
+          }
+          // Part by part over the rows, so each part's loads are in flight together.
+          for (int p = 1; p < e.n_parts; ++p) {
+            ZS_UNROLL
+            for (int u = 0; u < kColumnRowsInFlight; ++u)
+              if (u < here) g[u] += e.parts[p * e.part_stride + static_cast<std::size_t>(r + u * nt) * e.cols + c];
+          }
+          ZS_UNROLL
+          for (int u = 0; u < kColumnRowsInFlight; ++u) {
+            if (u >= here) continue;
+            const float x = on[u] ? g[u] : 0.f;
+            if (e.dz != nullptr) e.dz[static_cast<std::size_t>(r + u * nt) * e.cols + c] = x;
+            s += x;
+          }
         }
         part[t * kColumnChunk + j] = s;
       });
@@ -178,10 +233,15 @@ class ColumnSumLaunch {
   // kMaxBlocks of them: each warp then walks only a few rows (a long walk is a chain of memory
   // latencies, Nsight showed 12-25 µs for 256 rows in 128-row blocks) and the last team adds
   // at most kMaxBlocks partials.
-  ColumnSumLaunch(const std::vector<ColumnSumEntry>& entries, int rows, int block_rows = 0) : rows_(rows) {
+  // rows_in_flight: rows a lane loads before it stores (1 is the old walk, kept for the benchmark).
+  ColumnSumLaunch(const std::vector<ColumnSumEntry>& entries, int rows, int block_rows = 0,
+                  int rows_in_flight = kColumnRowsInFlight)
+      : rows_(rows), in_flight_(rows_in_flight) {
     require(!entries.empty() && rows >= 1, "ColumnSumLaunch: ", entries.size(), " entries of ", rows,
             " rows; expected at least one entry of at least one row");
     require(block_rows >= 0, "ColumnSumLaunch: block_rows = ", block_rows, "; expected >= 0 (0: automatic)");
+    require(rows_in_flight >= 1 && rows_in_flight <= kColumnRowsInFlight, "ColumnSumLaunch: rows_in_flight = ",
+            rows_in_flight, "; expected 1 to ", kColumnRowsInFlight);
     constexpr bool host = Kokkos::SpaceAccessibility<Kokkos::HostSpace, typename Exec::memory_space>::accessible;
     constexpr int kMinBlockRows = 16, kMaxBlocks = 32;
     const int device_rows = std::max(kMinBlockRows, (rows + kMaxBlocks - 1) / kMaxBlocks);
@@ -208,7 +268,8 @@ class ColumnSumLaunch {
     Kokkos::TeamPolicy<Exec> policy(exec, static_cast<int>(chunks_.extent(0)) * blocks_, team, vector);
     policy.set_scratch_size(0, Kokkos::PerTeam(sizeof(float) * team * kColumnChunk));
     Kokkos::parallel_for("zs::column_sum_batch", policy,
-                         AfterPriorGrids<ColumnSumBatch<Exec>>({table_, chunks_, partials_, done_, rows_, block_rows_, blocks_}));
+                         AfterPriorGrids<ColumnSumBatch<Exec>>(
+                             {table_, chunks_, partials_, done_, rows_, block_rows_, blocks_, in_flight_}));
   }
 
  private:
@@ -216,7 +277,7 @@ class ColumnSumLaunch {
   Kokkos::View<ColumnChunk*, typename Exec::memory_space> chunks_;
   Kokkos::View<float*, typename Exec::memory_space> partials_;
   Kokkos::View<int*, typename Exec::memory_space> done_;
-  int rows_ = 0, block_rows_ = 0, blocks_ = 1;
+  int rows_ = 0, block_rows_ = 0, blocks_ = 1, in_flight_ = kColumnRowsInFlight;
 };
 
 }  // namespace zs::kernels
