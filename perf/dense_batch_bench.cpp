@@ -1,8 +1,9 @@
 // µs per launch of the element-wise pieces around the launch plans' products at the B = 4096 /
-// 512 / 256 step (branches {5, 3, 3}, 51 atoms: four heads), each lane loading 1 or 8 rows
-// (column sums) or columns (bias + ReLU) before it stores: the backward's three column-sum
+// 512 / 256 step (branches {5, 3, 3}, 51 atoms: four heads): the backward's three column-sum
 // launches (bias gradients through the ReLU masks) and the forward's bias + ReLU over every
-// head's hidden rows of the three passes.
+// head's hidden rows of the three passes, each lane loading 1 or 8 columns before it stores.
+// Fresh buffers each: what a launch pulls from memory, where the step finds much of it in L2
+// (docs/performance.md, thirty-sixth session: what ran faster here ran slower in the step).
 #include <benchmark/benchmark.h>
 
 #include <cstddef>
@@ -31,9 +32,9 @@ zs::DeviceFloats normal_floats(std::size_t n, std::uint64_t seed) {
 
 // Args: shape (0: the top trunk layer, four heads' shares summed and masked into dz; 1: the
 // heads' output biases and their hidden layers masked in place; 2: a lower trunk layer masked in
-// place), rows in flight.
+// place).
 void BM_ColumnSumBatch(benchmark::State& state) {
-  const int shape = static_cast<int>(state.range(0)), in_flight = static_cast<int>(state.range(1));
+  const int shape = static_cast<int>(state.range(0));
   const int heads = static_cast<int>(kHeadWidths.size());
   zs::Stream stream;
   std::vector<zs::DeviceFloats> keep;
@@ -56,12 +57,12 @@ void BM_ColumnSumBatch(benchmark::State& state) {
     float* d = floats(trunk);
     e.push_back({d, 0, 1, floats(trunk), d, floats(kWidth), kWidth});
   }
-  const zs::kernels::ColumnSumLaunch<zs::ExecSpace> sums(e, kRows, 0, in_flight);
+  const zs::kernels::ColumnSumLaunch<zs::ExecSpace> sums(e, kRows);
   zs::bench::time_on_stream(state, stream, [&] { sums(stream.exec()); });
 }
 BENCHMARK(BM_ColumnSumBatch)
-    ->ArgNames({"shape", "in_flight"})
-    ->ArgsProduct({{0, 1, 2}, {1, zs::kernels::kColumnRowsInFlight}})
+    ->ArgNames({"shape"})
+    ->DenseRange(0, 2)
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 

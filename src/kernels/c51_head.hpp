@@ -10,7 +10,6 @@
 #include "backends/backend.hpp"
 #include "core/error.hpp"
 #include "backends/host_copy.hpp"
-#include "backends/warp_tile.hpp"
 #include "kernels/branch_table.hpp"
 
 namespace zs::kernels {
@@ -77,9 +76,6 @@ KOKKOS_INLINE_FUNCTION void log_softmax_lanes(const Member& team, int atoms, con
   Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, atoms), [&](const int j) { out[j] = l[j] - lse; });
 }
 
-// Floats a lane of DuelingTiles loads before it stores them into the tile.
-inline constexpr int kDuelingLoadsInFlight = 4;
-
 // Scratch floats of one row of a tile: every action's logits, the value stream, each branch's mean.
 KOKKOS_INLINE_FUNCTION std::size_t dueling_row_floats(const BranchTable& t, int atoms) {
   return static_cast<std::size_t>(t.actions + 1 + t.branches) * atoms;
@@ -103,27 +99,6 @@ struct DuelingTiles {
         static_cast<float*>(team.team_scratch(0).get_shmem(sizeof(float) * tile_rows * dueling_row_floats(table, atoms))));
   }
 
-  // dst[t] = src[t] (+ bias[t] when given) for t < n, in slots of kDuelingLoadsInFlight floats
-  // that a lane loads before it stores: the team's threads take the slots, whatever its shape.
-  KOKKOS_INLINE_FUNCTION static void load_segment(const Member& team, const float* src, const float* bias, int n,
-                                                  float* dst) {
-    constexpr int U = kDuelingLoadsInFlight;
-    const int slots = (n + U - 1) / U;
-    Kokkos::parallel_for(Kokkos::TeamVectorRange(team, slots), [&](const int s) {
-      float o[U] = {};
-      ZS_UNROLL
-      for (int i = 0; i < U; ++i) {
-        const int t = s + slots * i;
-        if (t < n) o[i] = bias ? src[t] + bias[t] : src[t];
-      }
-      ZS_UNROLL
-      for (int i = 0; i < U; ++i) {
-        const int t = s + slots * i;
-        if (t < n) dst[t] = o[i];
-      }
-    });
-  }
-
   // Tile `tile` (entry tile / tiles_per_entry) with `logit` as its scratch (tile_rows rows of
   // dueling_row_floats): the fused step runs tiles this way, inside its own launch.
   KOKKOS_INLINE_FUNCTION void run(const Member& team, int tile, float* const logit) const {
@@ -135,29 +110,31 @@ struct DuelingTiles {
     const int r0 = x.row0 + first, R = x.total_rows;
     float* const value = logit + static_cast<std::size_t>(tile_rows) * A * atoms;
     float* const mean = value + static_cast<std::size_t>(tile_rows) * atoms;
-    // Row by row and branch by branch, so no index is divided out of a flat one; each lane loads
-    // its few floats of a segment before it stores any (the scratch stores would otherwise hold
-    // every next load back a memory latency: the compiler cannot tell the two apart).
-    for (int u = 0; u < rows; ++u) {
-      const std::size_t r = static_cast<std::size_t>(r0 + u);
-      for (int k = 0; k < K; ++k) {
-        const int ld = table.row_floats(atoms, k, x.row_pad);
-        load_segment(team, x.branch_out + table.padded_block(R, atoms, k, x.row_pad) + r * ld,
-                     entries.branch_bias(x, k), table.size(k) * atoms,
-                     logit + (static_cast<std::size_t>(u) * A + table.cum(k)) * atoms);  // as the GEMM's bias pass
-      }
-      load_segment(team, x.value + r * x.value_row(atoms), x.value_bias, atoms,
-                   value + static_cast<std::size_t>(u) * atoms);
-    }
-    team.team_barrier();
-    for (int u = 0; u < rows; ++u)
-      Kokkos::parallel_for(Kokkos::TeamVectorRange(team, K * atoms), [&](const int f) {
-        const int k = f / atoms, j = f - k * atoms, n = table.size(k);
-        const float* const o = logit + (static_cast<std::size_t>(u) * A + table.cum(k)) * atoms + j;
-        float sum = 0.f;
-        for (int b = 0; b < n; ++b) sum += o[static_cast<std::size_t>(b) * atoms];
-        mean[static_cast<std::size_t>(u) * K * atoms + f] = sum / static_cast<float>(n);
+    for (int k = 0; k < K; ++k) {
+      const int c0 = table.cum(k), w = table.size(k) * atoms, ld = table.row_floats(atoms, k, x.row_pad);
+      const float* const src =
+          x.branch_out + table.padded_block(R, atoms, k, x.row_pad) + static_cast<std::size_t>(r0) * ld;
+      const float* const bias = entries.branch_bias(x, k);
+      Kokkos::parallel_for(Kokkos::TeamVectorRange(team, rows * w), [&](const int f) {
+        const int u = f / w, t = f % w;
+        const float o = src[static_cast<std::size_t>(u) * ld + t];
+        logit[(static_cast<std::size_t>(u) * A + c0) * atoms + t] = bias ? o + bias[t] : o;  // as the GEMM's bias pass
       });
+    }
+    const int vld = x.value_row(atoms);
+    const float* const vsrc = x.value + static_cast<std::size_t>(r0) * vld;
+    Kokkos::parallel_for(Kokkos::TeamVectorRange(team, rows * atoms), [&](const int f) {
+      const float v = vsrc[static_cast<std::size_t>(f / atoms) * vld + f % atoms];
+      value[f] = x.value_bias ? v + x.value_bias[f % atoms] : v;
+    });
+    team.team_barrier();
+    Kokkos::parallel_for(Kokkos::TeamVectorRange(team, rows * K * atoms), [&](const int f) {
+      const int u = f / (K * atoms), k = f / atoms % K, j = f % atoms, n = table.size(k);
+      const float* const o = logit + (static_cast<std::size_t>(u) * A + table.cum(k)) * atoms + j;
+      float m = 0.f;
+      for (int b = 0; b < n; ++b) m += o[static_cast<std::size_t>(b) * atoms];
+      mean[f] = m / static_cast<float>(n);
+    });
     team.team_barrier();
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, rows * A), [&](const int f) {
       const int u = f / A, k = table.branch_of(f % A);

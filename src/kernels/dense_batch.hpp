@@ -129,8 +129,6 @@ struct ColumnSumEntry {
 
 // Columns per team: a warp's worth, so the lanes read consecutive floats of a row.
 inline constexpr int kColumnChunk = 32;
-// The most rows a lane loads before it stores (ColumnSumLaunch's rows_in_flight; the default).
-inline constexpr int kColumnRowsInFlight = 8;
 
 struct ColumnChunk {
   int entry = 0, col0 = 0;
@@ -149,7 +147,6 @@ struct ColumnSumBatch {
   Kokkos::View<float*, Mem> partials;  // [chunk][block][kColumnChunk]
   Kokkos::View<int*, Mem> done;        // per chunk: blocks finished; the last resets it to 0
   int rows = 0, block_rows = 0, blocks = 1;
-  int in_flight = kColumnRowsInFlight;  // 1 .. kColumnRowsInFlight
 
   KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
     const int chunk = team.league_rank() / blocks, block = team.league_rank() % blocks;
@@ -159,39 +156,18 @@ struct ColumnSumBatch {
     const int r0 = block * block_rows, r1 = r0 + block_rows < rows ? r0 + block_rows : rows;
     const int nt = team.team_size();
     float* const part = static_cast<float*>(team.team_scratch(0).get_shmem(sizeof(float) * nt * kColumnChunk));
-    // Thread t takes rows r0 + t, r0 + t + T, …; lanes take consecutive columns of a row. Each
-    // lane loads in_flight rows before it stores any: dz may be parts[0], so the compiler cannot
-    // move a row's loads above the store before it, and one row at a time was a chain of memory
-    // latencies (Nsight, B = 4096: 33–36 µs a launch for about 15 µs of traffic). The rows are
-    // still added in row order, so the sums keep their bits.
+    // Thread t takes rows r0 + t, r0 + t + T, …; lanes take consecutive columns of a row.
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, nt), [&](const int t) {
       Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, width), [&](const int j) {
         const int c = ch.col0 + j;
         float s = 0.f;
-        for (int r = r0 + t; r < r1; r += nt * in_flight) {
-          const int here = (r1 - r + nt - 1) / nt < in_flight ? (r1 - r + nt - 1) / nt : in_flight;
-          float g[kColumnRowsInFlight] = {};
-          bool on[kColumnRowsInFlight] = {};
-          ZS_UNROLL
-          for (int u = 0; u < kColumnRowsInFlight; ++u) {
-            if (u >= here) continue;
-            const std::size_t i = static_cast<std::size_t>(r + u * nt) * e.cols + c;
-            g[u] = e.parts[i];
-            on[u] = e.act == nullptr || !(e.act[i] <= 0.f);
-          }
-          // Part by part over the rows, so each part's loads are in flight together.
-          for (int p = 1; p < e.n_parts; ++p) {
-            ZS_UNROLL
-            for (int u = 0; u < kColumnRowsInFlight; ++u)
-              if (u < here) g[u] += e.parts[p * e.part_stride + static_cast<std::size_t>(r + u * nt) * e.cols + c];
-          }
-          ZS_UNROLL
-          for (int u = 0; u < kColumnRowsInFlight; ++u) {
-            if (u >= here) continue;
-            const float x = on[u] ? g[u] : 0.f;
-            if (e.dz != nullptr) e.dz[static_cast<std::size_t>(r + u * nt) * e.cols + c] = x;
-            s += x;
-          }
+        for (int r = r0 + t; r < r1; r += nt) {
+          const std::size_t i = static_cast<std::size_t>(r) * e.cols + c;
+          float g = e.parts[i];
+          for (int p = 1; p < e.n_parts; ++p) g += e.parts[p * e.part_stride + i];
+          if (e.act != nullptr && e.act[i] <= 0.f) g = 0.f;
+          if (e.dz != nullptr) e.dz[i] = g;
+          s += g;
         }
         part[t * kColumnChunk + j] = s;
       });
@@ -233,15 +209,10 @@ class ColumnSumLaunch {
   // kMaxBlocks of them: each warp then walks only a few rows (a long walk is a chain of memory
   // latencies, Nsight showed 12-25 µs for 256 rows in 128-row blocks) and the last team adds
   // at most kMaxBlocks partials.
-  // rows_in_flight: rows a lane loads before it stores (1 is the old walk, kept for the benchmark).
-  ColumnSumLaunch(const std::vector<ColumnSumEntry>& entries, int rows, int block_rows = 0,
-                  int rows_in_flight = kColumnRowsInFlight)
-      : rows_(rows), in_flight_(rows_in_flight) {
+  ColumnSumLaunch(const std::vector<ColumnSumEntry>& entries, int rows, int block_rows = 0) : rows_(rows) {
     require(!entries.empty() && rows >= 1, "ColumnSumLaunch: ", entries.size(), " entries of ", rows,
             " rows; expected at least one entry of at least one row");
     require(block_rows >= 0, "ColumnSumLaunch: block_rows = ", block_rows, "; expected >= 0 (0: automatic)");
-    require(rows_in_flight >= 1 && rows_in_flight <= kColumnRowsInFlight, "ColumnSumLaunch: rows_in_flight = ",
-            rows_in_flight, "; expected 1 to ", kColumnRowsInFlight);
     constexpr bool host = Kokkos::SpaceAccessibility<Kokkos::HostSpace, typename Exec::memory_space>::accessible;
     constexpr int kMinBlockRows = 16, kMaxBlocks = 32;
     const int device_rows = std::max(kMinBlockRows, (rows + kMaxBlocks - 1) / kMaxBlocks);
@@ -268,8 +239,7 @@ class ColumnSumLaunch {
     Kokkos::TeamPolicy<Exec> policy(exec, static_cast<int>(chunks_.extent(0)) * blocks_, team, vector);
     policy.set_scratch_size(0, Kokkos::PerTeam(sizeof(float) * team * kColumnChunk));
     Kokkos::parallel_for("zs::column_sum_batch", policy,
-                         AfterPriorGrids<ColumnSumBatch<Exec>>(
-                             {table_, chunks_, partials_, done_, rows_, block_rows_, blocks_, in_flight_}));
+                         AfterPriorGrids<ColumnSumBatch<Exec>>({table_, chunks_, partials_, done_, rows_, block_rows_, blocks_}));
   }
 
  private:
@@ -277,7 +247,7 @@ class ColumnSumLaunch {
   Kokkos::View<ColumnChunk*, typename Exec::memory_space> chunks_;
   Kokkos::View<float*, typename Exec::memory_space> partials_;
   Kokkos::View<int*, typename Exec::memory_space> done_;
-  int rows_ = 0, block_rows_ = 0, blocks_ = 1, in_flight_ = kColumnRowsInFlight;
+  int rows_ = 0, block_rows_ = 0, blocks_ = 1;
 };
 
 }  // namespace zs::kernels

@@ -70,8 +70,10 @@ struct TrainerOptions {
   // terms in the same order, instead of walking all of them; in the fused step's loss phase and
   // in the launch plans' loss kernel alike. H100, thirty-fifth session: the loss kernel alone
   // 111.0 → 92.4 µs at B = 4096 and 16.7 → 16.3 at 256 (BM_C51Loss), the fused step at B = 256
-  // at parity (111.2 → 111.0, BM_StepNarrowGather); off until the step at B = 4096 says.
-  bool narrow_gather = false;
+  // at parity (111.2 → 111.0, BM_StepNarrowGather); thirty-sixth session, one H100 call: the step
+  // at B = 4096 / 512 / 256 753.7 → 741.7 µs, the kernel 112.5 → 92.8. On by default; off is
+  // the walk over every source, kept for the benchmarks and the bitwise test.
+  bool narrow_gather = true;
   // The guard's and the loss terms' mailbox posts (each two system-scope fences) on the side lane
   // beside the optimizer's update, instead of between the gradient norm and the update; needs
   // side_lane. On: the H200 step at B = 256 took 127.4 µs against 130.8 with the posts between
