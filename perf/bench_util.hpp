@@ -5,6 +5,11 @@
 #pragma once
 #include <benchmark/benchmark.h>
 
+#include <cstddef>
+#include <cstdint>
+#include <random>
+
+#include "backends/backend.hpp"
 #include "backends/process_group.hpp"
 #include "backends/profiler.hpp"
 #include "backends/timer.hpp"
@@ -13,6 +18,17 @@ namespace zs::bench {
 
 // The ranks the benchmark program was launched as (bench_main.cpp): a group of one without MPI.
 ProcessGroup* group();
+
+// n standard normal floats on the device, the same for the same seed.
+inline DeviceFloats normal_floats(std::size_t n, std::uint64_t seed) {
+  DeviceFloats d("zs::bench::normal_floats", n);
+  auto h = Kokkos::create_mirror_view(d);
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> normal(0.f, 1.f);
+  for (std::size_t i = 0; i < n; ++i) h(i) = normal(rng);
+  Kokkos::deep_copy(d, h);
+  return d;
+}
 
 template <class F>
 void time_on_stream(benchmark::State& state, Stream& stream, F&& enqueue, int batch = 100) {

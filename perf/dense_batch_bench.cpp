@@ -8,7 +8,6 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <random>
 #include <vector>
 
 #include "bench_util.hpp"
@@ -20,15 +19,7 @@ namespace {
 constexpr int kRows = 4096, kWidth = 512, kHidden = 256;
 const std::vector<int> kHeadWidths{51, 255, 153, 153};
 
-zs::DeviceFloats normal_floats(std::size_t n, std::uint64_t seed) {
-  zs::DeviceFloats d("zs::bench::dense_batch", n);
-  auto h = Kokkos::create_mirror_view(d);
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<float> normal(0.f, 1.f);
-  for (std::size_t i = 0; i < n; ++i) h(i) = normal(rng);
-  Kokkos::deep_copy(d, h);
-  return d;
-}
+using zs::bench::normal_floats;
 
 // Args: shape (0: the top trunk layer, four heads' shares summed and masked into dz; 1: the
 // heads' output biases and their hidden layers masked in place; 2: a lower trunk layer masked in

@@ -9,7 +9,6 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <random>
 #include <vector>
 
 #include "backends/gemm.hpp"
@@ -18,15 +17,7 @@
 
 namespace {
 
-zs::DeviceFloats normal_floats(std::size_t n, std::uint64_t seed) {
-  zs::DeviceFloats d("zs::bench::gemm_width", n);
-  auto h = Kokkos::create_mirror_view(d);
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<float> normal(0.f, 1.f);
-  for (std::size_t i = 0; i < n; ++i) h(i) = normal(rng);
-  Kokkos::deep_copy(d, h);
-  return d;
-}
+using zs::bench::normal_floats;
 
 // Args: rows a pass, output width, padded (1: rows of round_up(width, 4) floats), kind, products.
 void BM_OutputLayerGemm(benchmark::State& state) {
