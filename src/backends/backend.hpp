@@ -9,6 +9,14 @@
 #include "backends/host/spaces.hpp"
 #endif
 
+// Unrolls the loop that follows in device code, where register arrays must be indexed by
+// constants to stay in registers; nothing on the host compiler.
+#if defined(__CUDA_ARCH__)
+#define ZS_UNROLL _Pragma("unroll")
+#else
+#define ZS_UNROLL
+#endif
+
 namespace zs {
 
 using DeviceFloats = Kokkos::View<float*, MemSpace>;

@@ -16,14 +16,6 @@
 
 #include "backends/backend.hpp"
 
-// Unrolls the loop that follows in device code, where register arrays must be indexed by
-// constants to stay in registers; nothing on the host compiler.
-#if defined(__CUDA_ARCH__)
-#define ZS_UNROLL _Pragma("unroll")
-#else
-#define ZS_UNROLL
-#endif
-
 namespace zs {
 
 // p moved up to the next multiple of 16 bytes: team scratch for 16-byte loads and copies (the

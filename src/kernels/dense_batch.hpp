@@ -13,7 +13,6 @@
 #include "backends/backend.hpp"
 #include "core/error.hpp"
 #include "backends/host_copy.hpp"
-#include "backends/warp_tile.hpp"
 #include "kernels/last_team.hpp"
 
 namespace zs::kernels {
@@ -44,17 +43,19 @@ struct BiasActBatch {
     const int e = team.league_rank() / blocks, r0 = (team.league_rank() % blocks) * rows_per_team;
     const int r1 = r0 + rows_per_team < rows ? r0 + rows_per_team : rows;
     const BiasActEntry x = entries(e);
-    // Lane v takes columns v, v + 32, …, loading in_flight of them before it stores any: y may
-    // alias the bias for all the compiler knows, so one column at a time waited out a memory
-    // latency per column (8 in a row of 256).
-    // The host's one thread takes a row's columns in a plain (vectorisable) loop.
     const int lanes = x.cols < 32 ? x.cols : 32;
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, r0, r1), [&](const int r) {
       float* const y = x.y + static_cast<std::size_t>(r) * x.cols;
-      if (host) {
-        for (int c = 0; c < x.cols; ++c) y[c] = (x.relu && y[c] + x.b[c] < 0.f) ? 0.f : y[c] + x.b[c];
+      if (host) {  // the one thread: a plain (vectorisable) loop along the row
+        for (int c = 0; c < x.cols; ++c) {
+          const float v = y[c] + x.b[c];
+          y[c] = (x.relu && v < 0.f) ? 0.f : v;
+        }
         return;
       }
+      // Lane v takes columns v, v + 32, …, loading in_flight of them before it stores any: y may
+      // alias the bias for all the compiler knows, so one column at a time waited out a memory
+      // latency per column (8 in a row of 256).
       Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, lanes), [&](const int v) {
         for (int c0 = v; c0 < x.cols; c0 += lanes * in_flight) {
           float o[kBiasColsInFlight] = {};
