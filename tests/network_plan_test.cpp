@@ -231,6 +231,7 @@ struct PlanSetup {
         B(batch),
         layout(c),
         gemm(stream, zs::Precision::fp32),
+        side(stream, zs::Precision::fp32),
         net(c, layout),
         online(layout, "online"),
         target(layout, "target"),
@@ -246,11 +247,27 @@ struct PlanSetup {
   const zs::ParamLayout layout;
   zs::Stream stream;
   zs::Gemm gemm;
+  const zs::SideLane side;  // the plans' second stream (CUDA), for the tests that compare with and without
   const zs::Network net;
   zs::ParamBuffer online, target;
   zs::DeviceFloats states;
   const zs::ConstMatrixView s, s2;
 };
+
+// Every tensor of a plan's gradient against the reference's, each on its own scale (a plan writes
+// every tensor), and none of the reference's all zeros.
+void expect_each_tensor_near(const zs::ParamLayout& layout, const zs::ParamBuffer& grad, const zs::ParamBuffer& ref,
+                             const std::string& how) {
+  const auto got = to_host(grad.flat()), want = to_host(ref.flat());
+  for (const auto& t : layout.tensors()) {
+    std::vector<float> a(got.begin() + t.offset, got.begin() + t.offset + t.size());
+    std::vector<double> b(want.begin() + t.offset, want.begin() + t.offset + t.size());
+    EXPECT_LT(max_rel(a, b), 1e-5) << how << ", " << t.name;
+    double largest = 0;
+    for (double v : b) largest = std::max(largest, std::abs(v));
+    EXPECT_GT(largest, 0.0) << how << ", " << t.name << ": a gradient of zeros tests nothing";
+  }
+}
 
 }  // namespace
 
@@ -286,16 +303,7 @@ TEST(NetworkPlan, ForwardAndBackwardEqualNetworksPerLayerPasses) {
   bwd.enqueue(exec, gemm);
   net.backward(exec, gemm, online, s, on_ref, g_ref, grad_ref);
   stream.synchronize();
-  // The plan writes every tensor; compare each on its own scale.
-  const auto got = to_host(grad.flat()), want = to_host(grad_ref.flat());
-  for (const auto& t : layout.tensors()) {
-    std::vector<float> a(got.begin() + t.offset, got.begin() + t.offset + t.size());
-    std::vector<double> b(want.begin() + t.offset, want.begin() + t.offset + t.size());
-    EXPECT_LT(max_rel(a, b), 1e-5) << t.name;
-    double largest = 0;
-    for (double v : b) largest = std::max(largest, std::abs(v));
-    EXPECT_GT(largest, 0.0) << t.name << ": a gradient of zeros tests nothing";
-  }
+  expect_each_tensor_near(layout, grad, grad_ref, "per-head plan");
   // Output widths 5 (value), 20, 10, 15 (branches of 4, 2, 4, 3 actions): 4 GEMM batches.
   // Forward: 3 trunk layers × 2 + hidden 2 + 4 output batches + one dueling launch for all
   // passes, which adds the output biases.
@@ -333,7 +341,7 @@ TEST(NetworkPlan, ASideLaneChangesNoBitDirectlyOrInAGraph) {
   PlanSetup x(seed, 23);
   const int B = x.B;
   const auto& exec = x.stream.exec();
-  const zs::SideLane side(x.stream, zs::Precision::fp32);
+  const zs::SideLane& side = x.side;
   zs::ParamBuffer grad(x.layout, "grad"), grad_side(x.layout, "gside");
   zs::Activations on(x.c, 2 * B), tg(x.c, B), on_side(x.c, 2 * B), tg_side(x.c, B);
   const zs::ForwardPlan fwd(x.net, {{&x.online, x.s, &on, 0}, {&x.online, x.s2, &on, B}, {&x.target, x.s2, &tg, 0}});
@@ -385,6 +393,70 @@ TEST(NetworkPlan, ASideLaneChangesNoBitDirectlyOrInAGraph) {
   }
 }
 
+// The backward's heads as one stacked layer (stacked_heads): ∂loss/∂hidden side by side in one
+// [B, heads·H] buffer, one product for every hidden weight gradient (copied out to each head's),
+// one for ∂loss/∂features over every head's units, from a stacked copy of the hidden weights.
+// Every gradient tensor equals Network::backward's to rounding, with and without a side lane the
+// same bits, and replays of a captured graph with new parameters, states and output gradients
+// still match the reference (a stale stacked copy of the weights would not).
+TEST(NetworkPlan, StackedHeadsMatchThePerHeadBackward) {
+  const auto seed = zs::test::fresh_seed();
+  SCOPED_TRACE(testing::Message() << "seed " << seed);
+  PlanSetup x(seed, 17);
+  const int B = x.B;
+  const auto& exec = x.stream.exec();
+  const zs::SideLane& side = x.side;
+  zs::ParamBuffer grad(x.layout, "grad"), grad_side(x.layout, "gside"), grad_ref(x.layout, "gref");
+  zs::Activations on(x.c, B);
+  zs::Gradients g(x.c, B), g_side(x.c, B), g_ref(x.c, B);
+  const zs::BackwardPlan plain(x.net, x.online, x.s, on, g_ref, grad_ref);
+  const zs::BackwardPlan stacked(x.net, x.online, x.s, on, g, grad, zs::BackwardShape{true});
+  const zs::BackwardPlan stacked_side(x.net, x.online, x.s, on, g_side, grad_side, zs::BackwardShape{true});
+  // Plus the weights' stacked copy and the weight gradients' copy-out; the hidden layers' two
+  // batches become two products. On the side: the four output batches, the stacked weight
+  // gradient and its copy-out, the trunk's three.
+  EXPECT_EQ(stacked.launches(), plain.launches() + 2);
+  EXPECT_EQ(stacked_side.side_launches(), 4 + 2 + 3);
+
+  auto run = [&] {
+    x.net.forward(exec, x.gemm, x.online, x.s, on);
+    plain.enqueue(exec, x.gemm);
+    stacked.enqueue(exec, x.gemm);
+    stacked_side.enqueue(exec, x.gemm, &side);
+  };
+  auto compare = [&](const std::string& how) {
+    x.stream.synchronize();
+    EXPECT_TRUE(zs::test::same_bits(to_host(grad.flat()), to_host(grad_side.flat()))) << how;
+    EXPECT_TRUE(zs::test::same_bits(to_host(g.d_trunk[0]), to_host(g_side.d_trunk[0]))) << how;
+    expect_each_tensor_near(x.layout, grad, grad_ref, how);
+    EXPECT_LT(max_rel(to_host(g.d_trunk[0]), as_double(to_host(g_ref.d_trunk[0]))), 1e-5) << how;
+  };
+  auto fill_out = [&](std::uint64_t s) {
+    for (auto* grads : {&g, &g_side, &g_ref}) {
+      fill(grads->d_value_out, s, 1.f);
+      fill(grads->d_branch_out, s + 1, 1.f);
+    }
+  };
+  fill_out(seed + 4);
+  run();
+  compare("enqueued directly");
+  zs::Graph graph;
+  graph.capture(x.stream, run);
+  for (int r = 0; r < 2; ++r) {
+    fill(x.states, seed + 10 + r, 1.f);
+    fill(x.online.flat(), seed + 20 + r, 0.4f);
+    fill_out(seed + 30 + 2 * r);
+    x.stream.synchronize();
+    graph.replay(x.stream);
+    compare("replay " + std::to_string(r));
+  }
+  EXPECT_NE(zs::test::error_of([&] {
+              zs::DeviceFloats d("d", 8);
+              zs::kernels::ColumnSumLaunch<zs::ExecSpace>({{d.data(), 0, 1, nullptr, nullptr, d.data(), 4, 3, 0}}, 2);
+            }).find("rows 3 and activation rows 0 floats apart for 4 columns"),
+            std::string::npos);
+}
+
 // Each trunk layer's bias and ReLU inside its products (cuBLASLt epilogues on CUDA): the online
 // net's two passes as one product of 2B rows, the target's on the side lane. The same values as
 // the per-layer passes to rounding; with and without a side lane the same bits, enqueued
@@ -395,7 +467,7 @@ TEST(NetworkPlan, FusedBiasMatchesThePerLayerPassesWithAndWithoutASideLane) {
   PlanSetup x(seed, 21);
   const int B = x.B;
   const auto& exec = x.stream.exec();
-  const zs::SideLane side(x.stream, zs::Precision::fp32);
+  const zs::SideLane& side = x.side;
   zs::Activations on(x.c, 2 * B), tg(x.c, B), on_side(x.c, 2 * B), tg_side(x.c, B), on_ref(x.c, 2 * B),
       tg_ref(x.c, B);
   const zs::ForwardPlan fused(x.net, {{&x.online, x.s, &on, 0}, {&x.online, x.s2, &on, B}, {&x.target, x.s2, &tg, 0}},
@@ -445,7 +517,7 @@ TEST(NetworkPlan, FusedBiasMatchesThePerLayerPassesWithAndWithoutASideLane) {
 // The heads' hidden layers with their bias and ReLU in the products too (heads_bias: a product
 // per head for the online net's two passes together and one for the target's, instead of one
 // batch over every head and pass and a bias pass), and the output layers' rows padded to 16 bytes
-// in the plan's own buffers (padded_outputs), alone and together. The same values as the plain
+// in the plan's own buffers, computed from padded weights (padded_outputs), alone and together. The same values as the plain
 // plan to rounding (hidden activations and log-probabilities), the same bits with and without a
 // side lane, enqueued directly and replayed from a captured graph with new inputs.
 TEST(NetworkPlan, HeadsBiasAndPaddedOutputsMatchThePlainPlan) {
@@ -454,7 +526,7 @@ TEST(NetworkPlan, HeadsBiasAndPaddedOutputsMatchThePlainPlan) {
   PlanSetup x(seed, 13);
   const int B = x.B, heads = 1 + static_cast<int>(x.c.branches.size());
   const auto& exec = x.stream.exec();
-  const zs::SideLane side(x.stream, zs::Precision::fp32);
+  const zs::SideLane& side = x.side;
   for (const zs::ForwardShape shape : {zs::ForwardShape{true, true, false}, zs::ForwardShape{false, false, true},
                                        zs::ForwardShape{true, true, true}}) {
     SCOPED_TRACE(testing::Message() << "trunk bias " << shape.trunk_bias << ", heads bias " << shape.heads_bias
@@ -469,8 +541,9 @@ TEST(NetworkPlan, HeadsBiasAndPaddedOutputsMatchThePlainPlan) {
         x.net, {{&x.online, x.s, &on_ref, 0}, {&x.online, x.s2, &on_ref, B}, {&x.target, x.s2, &tg_ref, 0}});
     // The heads' batch and bias pass become a product per head for each of the two runs (online
     // pair, target); they stay on the main stream. The trunk's bias puts the target's three
-    // layers on the side lane. Padding changes no launch.
-    EXPECT_EQ(fused.launches(), plain.launches() - (shape.heads_bias ? 2 - 2 * heads : 0));
+    // layers on the side lane. Padding adds one launch: the copy of the output weights.
+    EXPECT_EQ(fused.launches(),
+              plain.launches() - (shape.heads_bias ? 2 - 2 * heads : 0) + (shape.padded_outputs ? 1 : 0));
     EXPECT_EQ(fused_side.side_launches(), (shape.trunk_bias ? 3 : 0) + plain.side_launches());
 
     auto run = [&] {

@@ -182,14 +182,15 @@ TEST(Trainer, GraphReplayEqualsDirectLaunch) {
 
 // The trunk's bias and ReLU inside its products (cuBLASLt epilogues on CUDA; the online net's two
 // passes as one product, the target's on the side lane), and the heads' hidden layers' too, and
-// the output layers' rows padded: graph replay equals direct launch bit for bit, and the first
-// step's loss is the plain step's to rounding.
+// the output layers' rows padded, and the backward's heads stacked: graph replay equals direct
+// launch bit for bit, and the first step's loss and gradient norm are the plain step's to rounding.
 TEST(Trainer, FusedBiasReplaysBitForBitAndMatchesThePlainStep) {
   const auto seed = zs::test::fresh_seed();
   SCOPED_TRACE(testing::Message() << "seed " << seed);
   const auto c = small_config(seed);
-  // 0: the trunk's; 1: the heads' hidden layers' too; 3: and the output layers' rows padded.
-  for (const int variant : {0, 1, 3}) {
+  // 0: the trunk's; 1: the heads' hidden layers' too; 3: and the output layers' rows padded;
+  // 7: and the backward's heads stacked.
+  for (const int variant : {0, 1, 3, 7}) {
     SCOPED_TRACE(testing::Message() << "variant " << variant);
     zs::TrainerOptions fused, plain;
     fused.batch_size = plain.batch_size = 16;
@@ -197,12 +198,15 @@ TEST(Trainer, FusedBiasReplaysBitForBitAndMatchesThePlainStep) {
     fused.fused_bias = true;
     fused.heads_bias = (variant & 1) != 0;
     fused.padded_outputs = (variant & 2) != 0;
+    fused.stacked_heads = (variant & 4) != 0;
     plain.fused_bias = false;
     zs::Trainer graph(c, fused), direct(c, fused), reference(c, plain);
     zs::test::step_on_same_batches(graph, reference, 1, seed + 100, step_both);
     const auto mf = graph.metrics(), mp = reference.metrics();
     ASSERT_TRUE(mf && mp);
     EXPECT_NEAR(mf->raw_loss, mp->raw_loss, 1e-5 * std::max(1.0, std::abs(double(mp->raw_loss))));
+    EXPECT_NEAR(mf->raw_grad_norm, mp->raw_grad_norm, 1e-5 * std::max(1.0, std::abs(double(mp->raw_grad_norm))));
+    EXPECT_GT(mp->raw_grad_norm, 0.0);
     zs::Trainer graph2(c, fused);
     zs::test::step_on_same_batches(graph2, direct, 6, seed + 200, [](zs::Trainer& g, zs::Trainer& d) {
       g.step();

@@ -115,9 +115,55 @@ class BiasActLaunch {
   int rows_ = 0, in_flight_ = kBiasColsInFlight;
 };
 
+// dst[0, count) ← src[0, count) for many buffers in one launch: the output layers' weights into
+// the padded copies their products read (ForwardShape::padded_outputs), once a step.
+struct CopyEntry {
+  const float* src = nullptr;
+  float* dst = nullptr;
+  int count = 0;
+};
+
+template <class Exec>
+struct CopyBatch {
+  Kokkos::View<const CopyEntry*, typename Exec::memory_space> entries;
+  int longest = 0;
+  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t t) const {
+    const CopyEntry& e = entries(static_cast<int>(t / longest));
+    const int i = static_cast<int>(t % longest);
+    if (i < e.count) e.dst[i] = e.src[i];
+  }
+};
+
+template <class Exec>
+class CopyLaunch {
+ public:
+  CopyLaunch() = default;
+  explicit CopyLaunch(const std::vector<CopyEntry>& entries) {
+    require(!entries.empty(), "CopyLaunch: 0 entries; expected at least one");
+    for (std::size_t i = 0; i < entries.size(); ++i) {
+      require(entries[i].src && entries[i].dst && entries[i].count >= 1, "CopyLaunch: entry ", i,
+              " has a null source or destination, or ", entries[i].count, " floats; expected both and >= 1 float");
+      longest_ = std::max(longest_, entries[i].count);
+    }
+    table_ = device_table<typename Exec::memory_space>("zs::copy_batch", entries);
+  }
+  void operator()(const Exec& exec) const {
+    Kokkos::parallel_for("zs::copy_batch",
+                         Kokkos::RangePolicy<Exec, Kokkos::IndexType<std::int64_t>>(
+                             exec, 0, static_cast<std::int64_t>(table_.extent(0)) * longest_),
+                         AfterPriorGrids<CopyBatch<Exec>>({table_, longest_}));
+  }
+
+ private:
+  Kokkos::View<CopyEntry*, typename Exec::memory_space> table_;
+  int longest_ = 0;
+};
+
 // db[c] = Σ_r g[r, c] where g = Σ_p parts[p][r, c] (parts `part_stride` floats apart), zeroed
 // where act[r, c] <= 0 when act is given (the ReLU mask; a NaN activation keeps its gradient),
 // and written to dz when dz is given (dz may be parts[0]: each element is read before written).
+// Rows of parts and dz are ld floats apart, those of act act_ld (0: cols), so an entry may be a
+// block of columns of a wider matrix (BackwardShape::stacked_heads).
 struct ColumnSumEntry {
   const float* parts = nullptr;
   std::int64_t part_stride = 0;
@@ -126,6 +172,7 @@ struct ColumnSumEntry {
   float* dz = nullptr;
   float* db = nullptr;
   int cols = 0;
+  int ld = 0, act_ld = 0;
 };
 
 // Columns per team: a warp's worth, so the lanes read consecutive floats of a row.
@@ -163,10 +210,10 @@ struct ColumnSumBatch {
         const int c = ch.col0 + j;
         float s = 0.f;
         for (int r = r0 + t; r < r1; r += nt) {
-          const std::size_t i = static_cast<std::size_t>(r) * e.cols + c;
+          const std::size_t i = static_cast<std::size_t>(r) * e.ld + c;
           float g = e.parts[i];
           for (int p = 1; p < e.n_parts; ++p) g += e.parts[p * e.part_stride + i];
-          if (e.act != nullptr && e.act[i] <= 0.f) g = 0.f;
+          if (e.act != nullptr && e.act[static_cast<std::size_t>(r) * e.act_ld + c] <= 0.f) g = 0.f;
           if (e.dz != nullptr) e.dz[i] = g;
           s += g;
         }
@@ -220,14 +267,20 @@ class ColumnSumLaunch {
     block_rows_ = block_rows > 0 ? block_rows : host ? rows : device_rows;
     blocks_ = (rows + block_rows_ - 1) / block_rows_;
     std::vector<ColumnChunk> chunks;
-    for (std::size_t i = 0; i < entries.size(); ++i) {
-      const ColumnSumEntry& e = entries[i];
+    std::vector<ColumnSumEntry> table = entries;
+    for (std::size_t i = 0; i < table.size(); ++i) {
+      ColumnSumEntry& e = table[i];
       require(e.parts && e.db && e.cols >= 1 && e.n_parts >= 1, "ColumnSumLaunch: entry ", i,
               " has a null gradient or output, ", e.cols, " columns or ", e.n_parts,
               " parts; expected both pointers and >= 1 of each");
+      require((e.ld == 0 || e.ld >= e.cols) && (e.act_ld == 0 || e.act_ld >= e.cols), "ColumnSumLaunch: entry ", i,
+              " has rows ", e.ld, " and activation rows ", e.act_ld, " floats apart for ", e.cols,
+              " columns; expected 0 (the columns) or at least the columns");
+      e.ld = e.ld > 0 ? e.ld : e.cols;
+      e.act_ld = e.act_ld > 0 ? e.act_ld : e.cols;
       for (int c = 0; c < e.cols; c += kColumnChunk) chunks.push_back({static_cast<int>(i), c});
     }
-    table_ = device_table<typename Exec::memory_space>("zs::column_sum_batch", entries);
+    table_ = device_table<typename Exec::memory_space>("zs::column_sum_batch", table);
     chunks_ = device_table<typename Exec::memory_space>("zs::column_sum_chunks", chunks);
     partials_ = Kokkos::View<float*, typename Exec::memory_space>(std::string("zs::column_sum_partials"),
                                                                  blocks_ > 1 ? chunks.size() * blocks_ * kColumnChunk : 1);

@@ -17,7 +17,8 @@ C51Term::C51Term(const StepContext& ctx, float budget)
   require(loss().data() == ctx.c51.loss.data(), "C51Term: its loss slot is not the C51 outputs' loss; expected the ",
           "trainer to give the C51 outputs slot 0's loss and to make the C51 term first");
   if (!ctx.fused)
-    backward_ = std::make_unique<BackwardPlan>(ctx.net, ctx.online, ctx.batch.states(), ctx.online_acts, g_, grad());
+    backward_ = std::make_unique<BackwardPlan>(ctx.net, ctx.online, ctx.batch.states(), ctx.online_acts, g_, grad(),
+                                               BackwardShape{ctx.stacked_heads});
 }
 
 std::size_t C51Term::fuse(const std::vector<FusedRider>& riders) {

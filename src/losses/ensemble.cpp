@@ -33,7 +33,8 @@ EnsembleTerm::EnsembleTerm(const StepContext& ctx, float budget)
   }
   const ConstMatrixView features(ctx.online_acts.trunk[T - 1].data(), B, F);
   forward_ = std::make_unique<ForwardPlan>(ctx.net, ctx.online, features, sets);
-  backward_ = std::make_unique<BackwardPlan>(ctx.net, ctx.online, ctx.batch.states(), ctx.online_acts, grads_, g_, grad());
+  backward_ = std::make_unique<BackwardPlan>(ctx.net, ctx.online, ctx.batch.states(), ctx.online_acts, grads_, g_, grad(),
+                                             BackwardShape{ctx.stacked_heads});
 }
 
 std::vector<std::pair<std::size_t, std::size_t>> EnsembleTerm::gradient_spans() const {

@@ -62,6 +62,8 @@ struct StepContext {
   // The C51 loss's projection from the source atoms near each target atom only
   // (TrainerOptions::narrow_gather).
   bool narrow_gather = false;
+  // The backward plans' heads as one stacked layer (TrainerOptions::stacked_heads).
+  bool stacked_heads = false;
 };
 
 // What a term gives the C51 term's fused kernel to run its backward in the kernel's backward

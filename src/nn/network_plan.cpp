@@ -204,6 +204,33 @@ void ForwardPlan::add_heads(const Network& net, const std::vector<HeadPass>& pas
       padded_.emplace_back("zs::plan::padded_outputs", floats);
       padded_of[x.acts.value_out.data()] = padded_.back().data();
     }
+  // The products compute the padded width too, from a padded copy of each output layer's weights
+  // (zero rows after the real ones, refreshed by one launch a step): with n still odd, cuBLAS kept
+  // its one-float-aligned kernels (H100, thirty-fifth session: padded rows alone changed nothing).
+  std::map<std::pair<const ParamBuffer*, int>, float*> padded_weight_of;  // (params, output layer) → copy
+  if (shape.padded_outputs) {
+    std::vector<std::pair<std::pair<const ParamBuffer*, int>, int>> layers;  // (key, width), first seen first
+    std::size_t floats = 0;
+    for (const HeadPass& x : passes)
+      for (const Head& h : heads_of(net, x.set))
+        if (padded_weight_of.emplace(std::make_pair(x.params, h.out), nullptr).second) {
+          layers.push_back({{x.params, h.out}, h.width});
+          floats += static_cast<std::size_t>(padded_ld(h.width)) * H;
+        }
+    padded_.emplace_back("zs::plan::padded_weights", floats);
+    std::vector<kernels::CopyEntry> copies;
+    float* dst = padded_.back().data();
+    for (const auto& [key, width] : layers) {
+      padded_weight_of[key] = dst;
+      copies.push_back({key.first->weight(key.second).data(), dst, width * H});
+      dst += static_cast<std::size_t>(padded_ld(width)) * H;
+    }
+    kernels::CopyLaunch<ExecSpace> copy(copies);
+    ops_.push_back({[copy](const ExecSpace& exec, const Gemm&) { copy(exec); }});
+  }
+  auto out_weight_of = [&](const HeadPass& x, const Head& h) {
+    return shape.padded_outputs ? padded_weight_of.at({x.params, h.out}) : x.params->weight(h.out).data();
+  };
   auto padded_value = [&](const HeadPass& x) { return padded_of.at(x.acts.value_out.data()); };
   auto padded_branches = [&](const HeadPass& x) {
     return padded_value(x) + static_cast<std::size_t>(x.acts.rows) * value_ld;
@@ -265,11 +292,10 @@ void ForwardPlan::add_heads(const Network& net, const std::vector<HeadPass>& pas
       std::vector<GemmEntry> g;
       for (const HeadPass& x : passes) {
         const std::vector<Head> heads = heads_of(net, x.set);
-        for (int i : groups[j]) g.push_back({hidden_of(x, heads[i]), x.params->weight(heads[i].out).data(), out_of(x, heads[i])});
+        for (int i : groups[j]) g.push_back({hidden_of(x, heads[i]), out_weight_of(x, heads[i]), out_of(x, heads[i])});
       }
-      const int width = first[groups[j][0]].width;
-      ops_.push_back(gemm_op(GemmBatch(Trans::N, Trans::T, R, width, H, 1.f, 0.f, g).with_ld(0, 0, padded_ld(width)),
-                             side == 1));
+      const int width = padded_ld(first[groups[j][0]].width);
+      ops_.push_back(gemm_op(GemmBatch(Trans::N, Trans::T, R, width, H, 1.f, 0.f, g), side == 1));
     }
   std::vector<DuelingRows> duel;
   for (const HeadPass& x : passes) {
@@ -314,13 +340,13 @@ void ForwardPlan::enqueue(const ExecSpace& exec, const Gemm& gemm, const SideLan
 int ForwardPlan::side_launches() const { return count_side(ops_); }
 
 BackwardPlan::BackwardPlan(const Network& net, const ParamBuffer& p, const ConstMatrixView& input,
-                           const Activations& acts, Gradients& g, const ParamBuffer& grad)
+                           const Activations& acts, Gradients& g, const ParamBuffer& grad, BackwardShape shape)
     : BackwardPlan(net, p, input, acts, {{net.main_heads(), acts.heads(), g.d_value_out.data(), g.d_branch_out.data()}},
-                   g, grad) {}
+                   g, grad, shape) {}
 
 BackwardPlan::BackwardPlan(const Network& net, const ParamBuffer& p, const ConstMatrixView& input,
                            const Activations& acts, const std::vector<HeadSetGrads>& sets, Gradients& g,
-                           const ParamBuffer& grad) {
+                           const ParamBuffer& grad, BackwardShape shape) {
   const Config& c = net.config();
   const int B = g.rows, T = static_cast<int>(c.trunk.size()), F = c.trunk.back(), H = c.head_hidden;
   require(B <= acts.rows, "BackwardPlan: ", B, " gradient rows but only ", acts.rows, " activation rows");
@@ -342,12 +368,26 @@ BackwardPlan::BackwardPlan(const Network& net, const ParamBuffer& p, const Const
     }
   }
   const int n_heads = static_cast<int>(heads.size());
+  const bool stacked = shape.stacked_heads && n_heads > 0;
+  const int NH = n_heads * H;
   d_hidden_ = DeviceFloats("zs::plan::d_hidden", static_cast<std::size_t>(n_heads) * B * H);
-  d_features_ = DeviceFloats("zs::plan::d_features", static_cast<std::size_t>(n_heads) * B * F);
+  d_features_ = DeviceFloats("zs::plan::d_features", static_cast<std::size_t>(stacked ? 1 : n_heads) * B * F);
   auto hidden_of = [](const Head& h) { return h.hidden_act; };
   auto d_out_of = [](const Head& h) { return h.d_out; };
-  auto d_hidden_of = [&](int i) { return d_hidden_.data() + static_cast<std::size_t>(i) * B * H; };
+  // Stacked: head i's block of columns of [B, NH]; otherwise its own [B, H].
+  const int d_hidden_ld = stacked ? NH : H;
+  auto d_hidden_of = [&](int i) { return d_hidden_.data() + static_cast<std::size_t>(i) * (stacked ? H : B * H); };
   const auto groups = by_width(heads);
+  if (stacked) {
+    // The hidden weights stacked [NH, F], refreshed at the plan's start (the optimizer moved them).
+    stacked_w_ = DeviceFloats("zs::plan::stacked_hidden_weights", static_cast<std::size_t>(NH) * F);
+    stacked_dw_ = DeviceFloats("zs::plan::stacked_hidden_grads", static_cast<std::size_t>(NH) * F);
+    std::vector<kernels::CopyEntry> copies;
+    for (int i = 0; i < n_heads; ++i)
+      copies.push_back({p.weight(heads[i].hidden).data(), stacked_w_.data() + static_cast<std::size_t>(i) * H * F, H * F});
+    kernels::CopyLaunch<ExecSpace> copy(copies);
+    ops_.push_back({[copy](const ExecSpace& exec, const Gemm&) { copy(exec); }});
+  }
 
   // Without head sets, g.d_trunk.back() already holds ∂loss/∂features: only the trunk runs.
   if (n_heads > 0) {
@@ -360,19 +400,32 @@ BackwardPlan::BackwardPlan(const Network& net, const ParamBuffer& p, const Const
     for (const auto& group : groups) {
       std::vector<GemmEntry> e;
       for (int i : group) e.push_back({d_out_of(heads[i]), p.weight(heads[i].out).data(), d_hidden_of(i)});
-      ops_.push_back(gemm_op(GemmBatch(Trans::N, Trans::N, B, H, heads[group[0]].width, 1.f, 0.f, e)));
+      ops_.push_back(
+          gemm_op(GemmBatch(Trans::N, Trans::N, B, H, heads[group[0]].width, 1.f, 0.f, e).with_ld(0, 0, d_hidden_ld)));
     }
     // Every output bias and, through the ReLU mask, every hidden bias: one launch.
     {
       std::vector<ColumnSumEntry> e;
       for (const Head& h : heads) e.push_back({d_out_of(h), 0, 1, nullptr, nullptr, grad.bias(h.out).data(), h.width});
       for (int i = 0; i < n_heads; ++i)
-        e.push_back({d_hidden_of(i), 0, 1, hidden_of(heads[i]), d_hidden_of(i), grad.bias(heads[i].hidden).data(), H});
+        e.push_back({d_hidden_of(i), 0, 1, hidden_of(heads[i]), d_hidden_of(i), grad.bias(heads[i].hidden).data(), H,
+                     d_hidden_ld, H});
       kernels::ColumnSumLaunch<ExecSpace> sums(e, B);
       ops_.push_back({[sums](const ExecSpace& exec, const Gemm&) { sums(exec); }});
     }
-    // Hidden layers: weight gradients, and each head's share of ∂loss/∂features (summed below).
-    {
+    if (stacked) {
+      // Every hidden weight gradient in one product, then copied out to each head's; ∂loss/∂features
+      // summed over the heads by one product reducing over every head's units.
+      const float* features = acts.trunk[T - 1].data();
+      ops_.push_back(gemm_op(GemmBatch(Trans::T, Trans::N, NH, F, B, 1.f, 0.f, {{d_hidden_.data(), features, stacked_dw_.data()}}), true));
+      std::vector<kernels::CopyEntry> copies;
+      for (int i = 0; i < n_heads; ++i)
+        copies.push_back({stacked_dw_.data() + static_cast<std::size_t>(i) * H * F, grad.weight(heads[i].hidden).data(), H * F});
+      kernels::CopyLaunch<ExecSpace> copy(copies);
+      ops_.push_back({[copy](const ExecSpace& exec, const Gemm&) { copy(exec); }, true, false});
+      ops_.push_back(gemm_op(GemmBatch(Trans::N, Trans::N, B, F, NH, 1.f, 0.f, {{d_hidden_.data(), stacked_w_.data(), d_features_.data()}})));
+    } else {
+      // Hidden layers: weight gradients, and each head's share of ∂loss/∂features (summed below).
       const float* features = acts.trunk[T - 1].data();
       std::vector<GemmEntry> w, x;
       for (int i = 0; i < n_heads; ++i) {
@@ -388,7 +441,8 @@ BackwardPlan::BackwardPlan(const Network& net, const ParamBuffer& p, const Const
     const int out = c.trunk[i], in = i == 0 ? c.state_dim : c.trunk[i - 1];
     float* dz = g.d_trunk[i].data();
     ColumnSumEntry e{dz, 0, 1, acts.trunk[i].data(), dz, grad.bias(i).data(), out};
-    if (i == T - 1 && n_heads > 0) e.parts = d_features_.data(), e.part_stride = static_cast<std::int64_t>(B) * F, e.n_parts = n_heads;
+    if (i == T - 1 && n_heads > 0)
+      e.parts = d_features_.data(), e.part_stride = static_cast<std::int64_t>(B) * F, e.n_parts = stacked ? 1 : n_heads;
     kernels::ColumnSumLaunch<ExecSpace> mask({e}, B);
     ops_.push_back({[mask](const ExecSpace& exec, const Gemm&) { mask(exec); }});
     const float* x = i == 0 ? input.data() : acts.trunk[i - 1].data();

@@ -79,10 +79,11 @@ struct ForwardShape {
   // The heads' hidden layers the same way, a product per head and run of passes (on the main
   // stream) instead of one batch and a bias pass over every head's rows.
   bool heads_bias = false;
-  // The output layers store their rows padded to a multiple of 4 floats, in the plan's own
-  // buffers, where the dueling head reads them: an odd width (n·atoms) leaves every row after the
-  // first off a 16-byte boundary, which keeps cuBLAS to its one-float-aligned kernels. The
-  // Activations' value_out and branch_out are then not written.
+  // The output layers compute and store their rows padded to a multiple of 4 floats, in the
+  // plan's own buffers, where the dueling head reads them, from a padded copy of their weights
+  // (one more launch a plan): an odd width (n·atoms) leaves every row after the first off a
+  // 16-byte boundary, which keeps cuBLAS to its one-float-aligned kernels. The Activations'
+  // value_out and branch_out are then not written.
   bool padded_outputs = false;
 };
 
@@ -113,7 +114,8 @@ class ForwardPlan {
   };
   void add_heads(const Network& net, const std::vector<HeadPass>& passes, int rows, ForwardShape shape = {});
   std::vector<PlanOp> ops_;
-  std::vector<DeviceFloats> padded_;  // padded_outputs: per Activations, its value rows, then its branches'
+  // padded_outputs: per Activations, its value rows, then its branches'; then the padded weights
+  std::vector<DeviceFloats> padded_;
 };
 
 // One head set's part in a backward pass: its layers, its hidden activations (the first rows
@@ -125,18 +127,30 @@ struct HeadSetGrads {
   const float* d_branch_out = nullptr;  // flat, branch k at rows·cum[k]·atoms (BranchTable)
 };
 
+// How a BackwardPlan forms its head layers (off: a GEMM batch of a product per head).
+struct BackwardShape {
+  // The heads' hidden layers as one layer of every head's units side by side: ∂loss/∂hidden
+  // stored [rows, heads·head_hidden], so that one product gives every hidden weight gradient
+  // (copied out to each head's) and one product, reducing over heads·head_hidden, gives
+  // ∂loss/∂features already summed over the heads (from a stacked copy of the hidden weights
+  // made at the plan's start): two products and two copies instead of a product per head for
+  // the weights, a batch for the shares and their sum in the trunk's mask launch.
+  bool stacked_heads = false;
+};
+
 class BackwardPlan {
  public:
   // The main head set and the trunk, for the first g.rows rows of `acts` (whose input was
   // `input`), from g.d_value_out and g.d_branch_out into `grad` (every tensor overwritten),
   // like Network::backward. Uses g.d_trunk and its own scratch.
   BackwardPlan(const Network& net, const ParamBuffer& params, const ConstMatrixView& input, const Activations& acts,
-               Gradients& g, const ParamBuffer& grad);
+               Gradients& g, const ParamBuffer& grad, BackwardShape shape = {});
   // Several head sets on the one trunk (e.g. the ensemble's members), all into `grad`; the
   // trunk gets the sum of their input gradients; acts supplies the trunk activations. With no
   // head sets, the trunk alone, from ∂loss/∂features already in g.d_trunk.back().
   BackwardPlan(const Network& net, const ParamBuffer& params, const ConstMatrixView& input, const Activations& acts,
-               const std::vector<HeadSetGrads>& sets, Gradients& g, const ParamBuffer& grad);
+               const std::vector<HeadSetGrads>& sets, Gradients& g, const ParamBuffer& grad,
+               BackwardShape shape = {});
   // With a side lane, every weight gradient runs on the side: only the chain of input gradients,
   // masks and bias sums stays on the main stream.
   void enqueue(const ExecSpace& exec, const Gemm& gemm, const SideLane* side = nullptr) const;
@@ -145,8 +159,9 @@ class BackwardPlan {
   int side_launches() const;
 
  private:
-  DeviceFloats d_hidden_;    // [heads][rows][head_hidden]: ∂loss/∂(post-ReLU hidden) per head
-  DeviceFloats d_features_;  // [heads][rows][trunk.back()]: each head's share of ∂loss/∂features
+  DeviceFloats d_hidden_;    // [heads][rows][head_hidden] (stacked: [rows][heads·head_hidden]): ∂loss/∂(post-ReLU hidden)
+  DeviceFloats d_features_;  // [heads][rows][trunk.back()] (stacked: [rows][trunk.back()]): the heads' shares
+  DeviceFloats stacked_w_, stacked_dw_;  // stacked: [heads·head_hidden][trunk.back()] weights and their gradient
   std::vector<PlanOp> ops_;
 };
 

@@ -66,7 +66,7 @@ Trainer::Trainer(const Config& config, const TrainerOptions& options)
       ctx_{config_,      layout_, net_, online_,   target_,
            batch_,       acts_online_, acts_target_, c51_, buffers_,
            options.group ? std::int64_t{options.group->rank()} * options.batch_size : 0, side_.get(),
-           fused_ ? &options_.fused : nullptr, options.narrow_gather},
+           fused_ ? &options_.fused : nullptr, options.narrow_gather, options.stacked_heads},
       optimizer_(config_, layout_),
       guard_(options.guard),
       unit_scale_("zs::unit_scale"),

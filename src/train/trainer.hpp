@@ -60,11 +60,17 @@ struct TrainerOptions {
   // 660.9 µs a step at B = 4096 / 512 / 256; off until B = 512 and 1024 are measured (at B = 256
   // it and the other two plan options together lost 43 µs).
   bool heads_bias = false;
-  // The launch plans' output layers store their rows padded to 16 bytes, where the dueling head
-  // reads them (ForwardShape::padded_outputs). H100, thirty-fifth session: no change (671.3
-  // against 672.7 µs at B = 4096): cuBLAS keeps its one-float-aligned kernels while the product
-  // is still an odd n·atoms columns wide; the padded width must be computed too (performance.md).
+  // The launch plans' output layers compute and store their rows padded to 16 bytes, from a
+  // padded copy of their weights made once a step, where the dueling head reads them
+  // (ForwardShape::padded_outputs). H100, thirty-fifth session, rows padded but the product still
+  // an odd n·atoms wide: no change (671.3 against 672.7 µs at B = 4096), as cuBLAS kept its
+  // one-float-aligned kernels; the padded width is computed since the thirty-seventh.
   bool padded_outputs = false;
+  // The launch plans' backward takes the heads' hidden layers as one stacked layer
+  // (BackwardShape::stacked_heads): one product for every hidden weight gradient and one for
+  // ∂loss/∂features summed over the heads, instead of a product per head and a batch of shares
+  // that the trunk's mask launch adds up.
+  bool stacked_heads = false;
   // The C51 loss's projection: each target atom gathers only from the source atoms within two
   // atoms of it (a binary search on their ascending positions; kernels::gather_mass), the same
   // terms in the same order, instead of walking all of them; in the fused step's loss phase and
