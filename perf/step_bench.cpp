@@ -257,12 +257,13 @@ void BM_StepPlanOptions(benchmark::State& state) {
   opt.heads_bias = (state.range(0) & 1) != 0;
   opt.padded_outputs = (state.range(0) & 4) != 0;
   opt.stacked_heads = (state.range(0) & 8) != 0;
+  opt.wide_heads_from = 1 << 30;
   opt.batch_size = static_cast<int>(state.range(1));
   time_steps(state, c, opt, 20);
 }
 BENCHMARK(BM_StepPlanOptions)
     ->ArgNames({"options", "B", "width", "heads"})
-    ->ArgsProduct({{0, 1, 4, 5, 8, 13}, {1024, 4096}, {512}, {256}})
+    ->ArgsProduct({{0, 1, 4, 5, 8, 12, 13}, {1024, 2048, 4096}, {512}, {256}})
     ->ArgsProduct({{0, 1, 4, 8, 13}, {512}, {256}, {128}})
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);

@@ -677,7 +677,9 @@ TEST(FusedC51, TheSmallKernelsTeamsChangeOnlyRounding) {
       for (const auto& tensor : t.layout().tensors()) {
         const std::vector<float> a(gt.begin() + tensor.offset, gt.begin() + tensor.offset + tensor.size());
         const std::vector<float> b(gb.begin() + tensor.offset, gb.begin() + tensor.offset + tensor.size());
-        EXPECT_LT(norm_rel(a, b), 1e-4) << tensor.name;
+        // On a device the nets' products round to TF32: an FP32 rounding apart in ∂loss/∂logits can
+        // round an operand the other way (H100, thirty-seventh session: 1.2e-4 in branch.1.0.weight).
+        EXPECT_LT(norm_rel(a, b), kTf32 ? 1e-3 : 1e-4) << tensor.name;
       }
     }
   }

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <random>
 #include <string>
 #include <tuple>
@@ -160,7 +161,8 @@ TEST(DenseBatch, BiasActAndColumnSumsMatchNaiveLoops) {
     }
   }
 
-  // Column sums: plain (entry 0), masked in place (1), three parts summed and masked into dz (2);
+  // Column sums: plain (entry 0), masked in place (1), three parts summed and masked into dz (2),
+  // and a block of 33 columns of wider matrices (3: rows w floats apart, its mask from other columns);
   // in blocks of the automatic size, of 8 rows (the cross-team path) and of all 201 rows (one
   // team, each warp down a long run of rows), each launched twice: the second launch shows the
   // per-chunk counters were reset.
@@ -169,7 +171,15 @@ TEST(DenseBatch, BiasActAndColumnSumsMatchNaiveLoops) {
   const auto g1 = random_normal(std::size_t(crows) * w, seed + 201);
   const auto gp = random_normal(std::size_t(parts) * crows * w, seed + 202);
   const auto act = random_normal(std::size_t(crows) * w, seed + 203);
-  std::vector<double> r0(w), r1(w), r2(w), z1(std::size_t(crows) * w), z2(std::size_t(crows) * w);
+  const int bw = 33, g_col = 10, a_col = 5;
+  std::vector<double> r0(w), r1(w), r2(w), r3(bw), z1(std::size_t(crows) * w), z2(std::size_t(crows) * w),
+      z3(std::size_t(crows) * w, 0.0);
+  for (int r = 0; r < crows; ++r)
+    for (int c = 0; c < bw; ++c) {
+      const std::size_t i = std::size_t(r) * w + g_col + c;
+      z3[i] = act[std::size_t(r) * w + a_col + c] > 0.f ? g0[i] : 0.0;
+      r3[c] += z3[i];
+    }
   for (int r = 0; r < crows; ++r)
     for (int c = 0; c < w; ++c) {
       const std::size_t i = std::size_t(r) * w + c;
@@ -185,11 +195,13 @@ TEST(DenseBatch, BiasActAndColumnSumsMatchNaiveLoops) {
   for (int block_rows : {0, 8, crows}) {
     SCOPED_TRACE(testing::Message() << "block_rows " << block_rows);
     auto d0 = to_device(g0), d1 = to_device(g1), dp = to_device(gp), da = to_device(act);
-    zs::DeviceFloats dz("dz", std::size_t(crows) * w), db0("db0", w), db1("db1", w), db2("db2", w);
+    zs::DeviceFloats dz("dz", std::size_t(crows) * w), dz3("dz3", std::size_t(crows) * w), db0("db0", w),
+        db1("db1", w), db2("db2", w), db3("db3", bw);
     const zs::kernels::ColumnSumLaunch<zs::ExecSpace> sums(
         {{d0.data(), 0, 1, nullptr, nullptr, db0.data(), w},
          {d1.data(), 0, 1, da.data(), d1.data(), db1.data(), w},
-         {dp.data(), std::int64_t(crows) * w, parts, da.data(), dz.data(), db2.data(), w}},
+         {dp.data(), std::int64_t(crows) * w, parts, da.data(), dz.data(), db2.data(), w},
+         {d0.data() + g_col, 0, 1, da.data() + a_col, dz3.data() + g_col, db3.data(), bw, w, w}},
         crows, block_rows);
     for (int launch = 0; launch < 2; ++launch) {
       sums(exec);  // the in-place mask is idempotent, so a second launch must give the same
@@ -199,6 +211,9 @@ TEST(DenseBatch, BiasActAndColumnSumsMatchNaiveLoops) {
       EXPECT_LT(max_rel(to_host(db2), r2), 1e-5);
       EXPECT_LT(max_rel(to_host(d1), z1), 1e-6);
       EXPECT_LT(max_rel(to_host(dz), z2), 1e-6);
+      EXPECT_LT(max_rel(to_host(db3), r3), 1e-5);
+      EXPECT_TRUE(zs::test::same_bits(to_host(dz3), std::vector<float>(z3.begin(), z3.end())))
+          << "the block's masked gradient, and nothing written outside its columns";
     }
   }
   EXPECT_GT(*std::max_element(r2.begin(), r2.end()), 0.1) << "the test must not sum zeros alone";
@@ -207,6 +222,38 @@ TEST(DenseBatch, BiasActAndColumnSumsMatchNaiveLoops) {
               zs::kernels::BiasActLaunch<zs::ExecSpace>({{x.data(), x.data(), 4, 1}}, 1, 9);
             }).find("cols_in_flight = 9; expected 1 to 8"),
             std::string::npos);
+}
+
+// Many buffers in one launch: entries shorter, as long as and longer than a team's chunk, each
+// copied whole, and not a float past its count (the destination's tail keeps its NaN).
+TEST(DenseBatch, CopyLaunchCopiesEachEntryAndNothingPast) {
+  const auto seed = zs::test::fresh_seed();
+  SCOPED_TRACE(testing::Message() << "seed " << seed);
+  zs::Stream stream;
+  const std::vector<int> counts{1, zs::kernels::kCopyChunk, zs::kernels::kCopyChunk + 3, 3 * zs::kernels::kCopyChunk - 5};
+  std::vector<zs::DeviceFloats> src, dst;
+  std::vector<zs::kernels::CopyEntry> entries;
+  std::vector<std::vector<float>> want;
+  for (std::size_t e = 0; e < counts.size(); ++e) {
+    want.push_back(random_normal(counts[e], seed + e));
+    src.emplace_back("src", counts[e]);
+    dst.emplace_back("dst", counts[e] + 7);
+    zs::upload(src.back(), want.back());
+    Kokkos::deep_copy(dst.back(), std::numeric_limits<float>::quiet_NaN());
+    entries.push_back({src.back().data(), dst.back().data(), counts[e]});
+  }
+  const zs::kernels::CopyLaunch<zs::ExecSpace> copy(entries);
+  copy(stream.exec());
+  stream.synchronize();
+  for (std::size_t e = 0; e < counts.size(); ++e) {
+    const auto got = to_host(dst[e]);
+    EXPECT_TRUE(zs::test::same_bits(std::vector<float>(got.begin(), got.begin() + counts[e]), want[e])) << "entry " << e;
+    for (std::size_t i = counts[e]; i < got.size(); ++i) EXPECT_TRUE(std::isnan(got[i])) << "entry " << e << ", float " << i;
+  }
+  EXPECT_NE(zs::test::error_of([&] { zs::kernels::CopyLaunch<zs::ExecSpace>({{src[0].data(), dst[0].data(), 0}}); })
+                .find("entry 0 has a null source or destination, or 0 floats"),
+            std::string::npos);
+  EXPECT_NE(zs::test::error_of([&] { zs::kernels::CopyLaunch<zs::ExecSpace>(std::vector<zs::kernels::CopyEntry>{}); }).find("0 entries"), std::string::npos);
 }
 
 namespace {

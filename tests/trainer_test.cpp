@@ -200,6 +200,7 @@ TEST(Trainer, FusedBiasReplaysBitForBitAndMatchesThePlainStep) {
     fused.padded_outputs = (variant & 2) != 0;
     fused.stacked_heads = (variant & 4) != 0;
     plain.fused_bias = false;
+    plain.padded_outputs = false;
     zs::Trainer graph(c, fused), direct(c, fused), reference(c, plain);
     zs::test::step_on_same_batches(graph, reference, 1, seed + 100, step_both);
     const auto mf = graph.metrics(), mp = reference.metrics();

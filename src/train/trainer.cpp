@@ -66,7 +66,8 @@ Trainer::Trainer(const Config& config, const TrainerOptions& options)
       ctx_{config_,      layout_, net_, online_,   target_,
            batch_,       acts_online_, acts_target_, c51_, buffers_,
            options.group ? std::int64_t{options.group->rank()} * options.batch_size : 0, side_.get(),
-           fused_ ? &options_.fused : nullptr, options.narrow_gather, options.stacked_heads},
+           fused_ ? &options_.fused : nullptr, options.narrow_gather,
+           options.stacked_heads || options.batch_size >= options.wide_heads_from},
       optimizer_(config_, layout_),
       guard_(options.guard),
       unit_scale_("zs::unit_scale"),
@@ -123,7 +124,8 @@ Trainer::Trainer(const Config& config, const TrainerOptions& options)
         net_, std::vector<ForwardPass>{{&online_, batch_.states(), &acts_online_, 0},
                                        {&online_, batch_.next_states(), &acts_online_, options.batch_size},
                                        {&target_, batch_.next_states(), &acts_target_, 0}},
-        ForwardShape{options.fused_bias, options.heads_bias, options.padded_outputs});
+        ForwardShape{options.fused_bias, options.heads_bias || options.batch_size >= options.wide_heads_from,
+                     options.padded_outputs});
   init_params(config_.seed);
 }
 

@@ -56,21 +56,24 @@ struct TrainerOptions {
   bool fused_bias = kBiasInProducts;
   // The heads' hidden layers too (ForwardShape::heads_bias): a product with the bias and ReLU
   // epilogue per head and run of passes, instead of one batch of every head and pass and a bias
-  // pass over their rows. H100, thirty-fifth session (BM_StepPlanOptions, option 1): 672.7 →
-  // 660.9 µs a step at B = 4096 / 512 / 256; off until B = 512 and 1024 are measured (at B = 256
-  // it and the other two plan options together lost 43 µs).
+  // pass over their rows. H100, thirty-seventh session (BM_StepPlanOptions, option 1): 682.6 →
+  // 672.8 µs a step at B = 4096 / 512 / 256, but 285.7 → 307.8 at 1024 and 163.3 → 190.4 at 512:
+  // off here, taken from wide_heads_from on.
   bool heads_bias = false;
   // The launch plans' output layers compute and store their rows padded to 16 bytes, from a
   // padded copy of their weights made once a step, where the dueling head reads them
-  // (ForwardShape::padded_outputs). H100, thirty-fifth session, rows padded but the product still
-  // an odd n·atoms wide: no change (671.3 against 672.7 µs at B = 4096), as cuBLAS kept its
-  // one-float-aligned kernels; the padded width is computed since the thirty-seventh.
-  bool padded_outputs = false;
+  // (ForwardShape::padded_outputs). By default where it won (kPaddedOutputs): on CUDA, every
+  // batch measured (H100: 682.3 → 655.2 µs a step at B = 4096 / 512 / 256), not on the host.
+  bool padded_outputs = kPaddedOutputs;
   // The launch plans' backward takes the heads' hidden layers as one stacked layer
   // (BackwardShape::stacked_heads): one product for every hidden weight gradient and one for
   // ∂loss/∂features summed over the heads, instead of a product per head and a batch of shares
-  // that the trunk's mask launch adds up.
+  // that the trunk's mask launch adds up. H100: 682.3 → 658.7 µs at B = 4096, 283.0 → 291.8 at
+  // 1024: off here, taken from wide_heads_from on.
   bool stacked_heads = false;
+  // From this batch size on, heads_bias and stacked_heads are taken whatever they say (1: always;
+  // kWideHeadsBatch: CUDA from B = 4096, where the two won 49 µs a step, the host never).
+  int wide_heads_from = kWideHeadsBatch;
   // The C51 loss's projection: each target atom gathers only from the source atoms within two
   // atoms of it (a binary search on their ascending positions; kernels::gather_mass), the same
   // terms in the same order, instead of walking all of them; in the fused step's loss phase and

@@ -14,6 +14,14 @@ inline constexpr int kAtomTeam = 64;
 // A dense layer's bias and ReLU inside its product (cuBLASLt's epilogue) beat a product and a
 // bias pass here: the H200 step 3.5 % faster at B = 256, 5.1 % at 4096 / 512 / 256.
 inline constexpr bool kBiasInProducts = true;
+// The launch plans' output layers computing rows padded to 16 bytes (TrainerOptions::
+// padded_outputs) won at every batch measured: H100, BM_StepPlanOptions, medians of 3, 163.3 →
+// 157.4 µs at B = 512 / 256 / 128, 283.0 → 279.7 at 1024 / 512 / 256, 682.3 → 655.2 at 4096.
+inline constexpr bool kPaddedOutputs = true;
+// From this batch on the plans also take heads_bias and stacked_heads (TrainerOptions::
+// wide_heads_from): the two together with padded outputs 682.3 → 606.1 µs at B = 4096 / 512 /
+// 256 on an H100; at 1024 and 512 each lost (283.0 → 310.2 together at 1024). 2048 unmeasured.
+inline constexpr int kWideHeadsBatch = 4096;
 // The C51 term's forward, loss and backward as one fused kernel a phase (TrainerOptions::
 // fused_step) for batches up to kFusedMaxBatch. H200, graph replay (BM_StepFused, BM_Step):
 // fused 114.8 µs against the plans' 126.4 at B = 256 (trunk 256, heads 128), 92 against 116 at

@@ -15,6 +15,10 @@ inline constexpr int kAtomTeam = 1;
 // The bias added by each core to the rows it has just multiplied lost to the GEMM batch and a
 // bias pass on a 2-core host (BM_StepFusedBias at B = 256: 29.1 against 26.8 ms).
 inline constexpr bool kBiasInProducts = false;
+// The plans' padded output layers and stacked heads were measured on CUDA only: the host keeps
+// the plain shapes.
+inline constexpr bool kPaddedOutputs = false;
+inline constexpr int kWideHeadsBatch = 1 << 30;
 // The fused step's tiles run on the host's scalar loops, far slower than OpenBLAS: the host
 // keeps the launch plans (TrainerOptions::fused_step), and runs the fused kernel in tests.
 inline constexpr bool kFusedStep = false;
