@@ -504,6 +504,90 @@ TEST(NetworkPlan, StackedHeadsMatchThePerHeadBackward) {
             std::string::npos);
 }
 
+// The forward's heads as one stacked layer (ForwardShape::stacked_heads): a product per run of
+// passes for every head into stacked activations, from a stacked copy of the hidden weights and
+// biases. The same log-probabilities and hidden activations as the plain plan to rounding, the
+// same bits with and without a side lane, a backward from the stacked activations (per head and
+// stacked) equal to the one from the plain plan's to rounding, and graph replays with new
+// parameters that still match (a stale stacked copy would not). Mixed shapes are refused.
+TEST(NetworkPlan, StackedForwardMatchesThePlainPlan) {
+  const auto seed = zs::test::fresh_seed();
+  SCOPED_TRACE(testing::Message() << "seed " << seed);
+  PlanSetup x(seed, 15);
+  const int B = x.B, H = x.c.head_hidden, heads = 1 + static_cast<int>(x.c.branches.size());
+  const auto& exec = x.stream.exec();
+  zs::Activations on(x.c, 2 * B), tg(x.c, B), on_side(x.c, 2 * B), tg_side(x.c, B), on_ref(x.c, 2 * B),
+      tg_ref(x.c, B);
+  for (auto* a : {&on, &tg, &on_side, &tg_side}) a->stack_heads(x.c);
+  EXPECT_EQ(on.stacked, heads);
+  EXPECT_EQ(on.value_hidden.size(), 0u);
+  const zs::ForwardShape shape{true, false, true, true};
+  const zs::ForwardPlan fused(x.net, {{&x.online, x.s, &on, 0}, {&x.online, x.s2, &on, B}, {&x.target, x.s2, &tg, 0}},
+                              shape);
+  const zs::ForwardPlan fused_side(
+      x.net, {{&x.online, x.s, &on_side, 0}, {&x.online, x.s2, &on_side, B}, {&x.target, x.s2, &tg_side, 0}}, shape);
+  const zs::ForwardPlan plain(
+      x.net, {{&x.online, x.s, &on_ref, 0}, {&x.online, x.s2, &on_ref, B}, {&x.target, x.s2, &tg_ref, 0}});
+  zs::ParamBuffer grad(x.layout, "grad"), grad_stacked(x.layout, "gstacked"), grad_ref(x.layout, "gref");
+  zs::Gradients g(x.c, B), g_stacked(x.c, B), g_ref(x.c, B);
+  const zs::BackwardPlan bwd(x.net, x.online, x.s, on, g, grad);
+  const zs::BackwardPlan bwd_stacked(x.net, x.online, x.s, on, g_stacked, grad_stacked, zs::BackwardShape{true});
+  const zs::BackwardPlan bwd_ref(x.net, x.online, x.s, on_ref, g_ref, grad_ref);
+  auto run = [&] {
+    fused.enqueue(exec, x.gemm);
+    fused_side.enqueue(exec, x.gemm, &x.side);
+    plain.enqueue(exec, x.gemm);
+    bwd.enqueue(exec, x.gemm);
+    bwd_stacked.enqueue(exec, x.gemm);
+    bwd_ref.enqueue(exec, x.gemm);
+  };
+  auto compare = [&](const std::string& how) {
+    x.stream.synchronize();
+    for (const auto& [a, a_side, ref] : {std::tie(on, on_side, on_ref), std::tie(tg, tg_side, tg_ref)}) {
+      EXPECT_TRUE(zs::test::same_bits(to_host(a.logp), to_host(a_side.logp))) << how;
+      EXPECT_TRUE(zs::test::same_bits(to_host(a.heads_hidden), to_host(a_side.heads_hidden))) << how;
+      EXPECT_LT(max_rel(to_host(a.logp), as_double(to_host(ref.logp))), 1e-5) << how;
+      const auto stacked = to_host(a.heads_hidden);
+      for (int h = 0; h < heads; ++h) {
+        const auto want = to_host(h == 0 ? ref.value_hidden : ref.branch_hidden[h - 1]);
+        std::vector<float> got;
+        for (int r = 0; r < a.rows; ++r)
+          for (int j = 0; j < H; ++j) got.push_back(stacked[(std::size_t(r) * heads + h) * H + j]);
+        EXPECT_LT(max_rel(got, as_double(want)), 1e-5) << how << ", head " << h;
+      }
+    }
+    expect_each_tensor_near(x.layout, grad, grad_ref, how + ", backward per head");
+    expect_each_tensor_near(x.layout, grad_stacked, grad_ref, how + ", backward stacked");
+  };
+  for (auto* grads : {&g, &g_stacked, &g_ref}) {
+    fill(grads->d_value_out, seed + 4, 1.f);
+    fill(grads->d_branch_out, seed + 5, 1.f);
+  }
+  run();
+  compare("enqueued directly");
+  zs::Graph graph;
+  graph.capture(x.stream, run);
+  for (int r = 0; r < 2; ++r) {
+    fill(x.states, seed + 10 + r, 1.f);
+    fill(x.online.flat(), seed + 20 + r, 0.4f);
+    fill(x.target.flat(), seed + 30 + r, 0.4f);
+    x.stream.synchronize();
+    graph.replay(x.stream);
+    compare("replay " + std::to_string(r));
+  }
+  const auto relu = to_host(tg.heads_hidden);
+  EXPECT_GT(std::count(relu.begin(), relu.end(), 0.f), 0) << "the ReLU must have cut something";
+  EXPECT_NE(zs::test::error_of([&] { zs::ForwardPlan(x.net, {{&x.online, x.s, &on_ref, 0}}, shape); })
+                .find("pass 0's head activations are per head and the plan's heads stacked"),
+            std::string::npos);
+  EXPECT_NE(zs::test::error_of([&] { zs::ForwardPlan(x.net, {{&x.online, x.s, &tg, 0}}); })
+                .find("pass 0's head activations are stacked and the plan's heads per head"),
+            std::string::npos);
+  EXPECT_NE(zs::test::error_of([&] { x.net.forward(exec, x.gemm, x.online, x.s2, tg); })
+                .find("Network::forward: the heads' hidden activations are stacked"),
+            std::string::npos);
+}
+
 // Each trunk layer's bias and ReLU inside its products (cuBLASLt epilogues on CUDA): the online
 // net's two passes as one product of 2B rows, the target's on the side lane. The same values as
 // the per-layer passes to rounding; with and without a side lane the same bits, enqueued

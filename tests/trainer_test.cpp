@@ -182,15 +182,15 @@ TEST(Trainer, GraphReplayEqualsDirectLaunch) {
 
 // The trunk's bias and ReLU inside its products (cuBLASLt epilogues on CUDA; the online net's two
 // passes as one product, the target's on the side lane), and the heads' hidden layers' too, and
-// the output layers' rows padded, and the backward's heads stacked: graph replay equals direct
+// the output layers' rows padded, and the backward's and forward's heads stacked: graph replay equals direct
 // launch bit for bit, and the first step's loss and gradient norm are the plain step's to rounding.
 TEST(Trainer, FusedBiasReplaysBitForBitAndMatchesThePlainStep) {
   const auto seed = zs::test::fresh_seed();
   SCOPED_TRACE(testing::Message() << "seed " << seed);
   const auto c = small_config(seed);
   // 0: the trunk's; 1: the heads' hidden layers' too; 3: and the output layers' rows padded;
-  // 7: and the backward's heads stacked.
-  for (const int variant : {0, 1, 3, 7}) {
+  // 7: and the backward's heads stacked; 15: and the forward's (stacked activations).
+  for (const int variant : {0, 1, 3, 7, 15}) {
     SCOPED_TRACE(testing::Message() << "variant " << variant);
     zs::TrainerOptions fused, plain;
     fused.batch_size = plain.batch_size = 16;
@@ -199,6 +199,7 @@ TEST(Trainer, FusedBiasReplaysBitForBitAndMatchesThePlainStep) {
     fused.heads_bias = (variant & 1) != 0;
     fused.padded_outputs = (variant & 2) != 0;
     fused.stacked_heads = (variant & 4) != 0;
+    fused.stacked_forward = (variant & 8) != 0;
     plain.fused_bias = false;
     plain.padded_outputs = false;
     zs::Trainer graph(c, fused), direct(c, fused), reference(c, plain);

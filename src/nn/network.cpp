@@ -56,7 +56,16 @@ HeadActs Activations::heads() const {
   h.branch_hidden = branch_hidden;
   h.branch_out = branch_out;
   h.logp = logp;
+  h.heads_hidden = heads_hidden;
+  h.stacked = stacked;
   return h;
+}
+
+void Activations::stack_heads(const Config& c) {
+  stacked = 1 + static_cast<int>(c.branches.size());
+  heads_hidden = DeviceFloats("zs::act::heads_hidden", std::size_t(rows) * stacked * c.head_hidden);
+  value_hidden = DeviceFloats();
+  for (auto& b : branch_hidden) b = DeviceFloats();
 }
 
 Gradients::Gradients(const Config& c, int r) : rows(r) {
@@ -84,8 +93,17 @@ float* Network::head_out(const Activations& a, int h, int row0) const {
   return a.branch_out.data() + table_.block(a.rows, config_.atoms, h - 1) + row_offset;
 }
 
+namespace {
+// The per-layer passes write and read each head's own buffer.
+void refuse_stacked(const char* who, int stacked) {
+  require(stacked == 0, who, ": the heads' hidden activations are stacked (", stacked,
+          " heads side by side); expected per-head buffers (stacked ones are the launch plans')");
+}
+}  // namespace
+
 void Network::forward(const ExecSpace& exec, const Gemm& gemm, const ParamBuffer& p, const ConstMatrixView& input,
                       Activations& acts) const {
+  refuse_stacked("Network::forward", acts.stacked);
   const Config& c = config_;
   const int R = acts.rows;
   require(static_cast<int>(input.extent(0)) == R && static_cast<int>(input.extent(1)) == c.state_dim,
@@ -110,6 +128,7 @@ void Network::forward_heads(const ExecSpace& exec, const Gemm& gemm, const Param
                             const ConstMatrixView& features, HeadSet set, HeadActs& h) const {
   const Config& c = config_;
   const int R = h.rows;
+  refuse_stacked("Network::forward_heads", h.stacked);
   require(static_cast<int>(features.extent(0)) == R && static_cast<int>(features.extent(1)) == c.trunk.back(),
           "Network::forward_heads: features are [", features.extent(0), ", ", features.extent(1), "]; expected [", R,
           ", ", c.trunk.back(), "]");
@@ -150,6 +169,7 @@ void Network::backward_heads(const ExecSpace& exec, const Gemm& gemm, const Para
                              const ParamBuffer& grad, const MatrixView& d_features, bool accumulate) const {
   const Config& c = config_;
   const int B = g.rows, H = c.head_hidden;
+  refuse_stacked("Network::backward_heads", h.stacked);
   require(B <= h.rows && static_cast<int>(features.extent(0)) == B && static_cast<int>(d_features.extent(0)) == B,
           "Network::backward_heads: ", B, " gradient rows, ", h.rows, " activation rows, features ",
           features.extent(0), ", d_features ", d_features.extent(0), "; expected ", B, " each (activations >= ", B, ")");

@@ -26,6 +26,17 @@ struct HeadActs {
   std::vector<DeviceFloats> branch_hidden;
   DeviceFloats branch_out;
   LogProbs logp;
+  // Stacked (Activations::stack_heads): every head's hidden activations side by side, [rows,
+  // stacked·head_hidden], head h (0 the value stream, 1 + k branch k) at column h·head_hidden;
+  // value_hidden and branch_hidden are then empty. stacked = 0: the per-head buffers.
+  DeviceFloats heads_hidden;
+  int stacked = 0;
+  // Head h's hidden activations at row 0, and how many floats apart its rows are.
+  float* hidden(int h, int head_hidden) const {
+    if (stacked > 0) return heads_hidden.data() + static_cast<std::size_t>(h) * head_hidden;
+    return h == 0 ? value_hidden.data() : branch_hidden[h - 1].data();
+  }
+  int hidden_ld(int head_hidden) const { return stacked > 0 ? stacked * head_hidden : head_hidden; }
   HeadActs() = default;
   // Own buffers; logp given (e.g. a slice of a larger buffer) or allocated when empty.
   HeadActs(const Config& c, int rows, LogProbs logp = LogProbs());
@@ -39,8 +50,14 @@ struct Activations {
   std::vector<DeviceFloats> branch_hidden;  // per branch [rows, head_hidden] post-ReLU
   DeviceFloats branch_out;                  // flat, branch k = [rows, n_k·atoms] (BranchTable)
   LogProbs logp;                            // [rows, A, atoms]
+  DeviceFloats heads_hidden;                // stacked: [rows, heads·head_hidden] (HeadActs::heads_hidden)
+  int stacked = 0;                          // heads in heads_hidden; 0: the per-head buffers
   Activations(const Config& c, int rows);
   HeadActs heads() const;
+  // The heads' hidden activations side by side in heads_hidden, value_hidden and branch_hidden
+  // freed: what the launch plans' stacked forward (ForwardShape::stacked_heads) writes and only
+  // the launch plans read.
+  void stack_heads(const Config& c);
 };
 
 // Gradient buffers of the backward pass for `rows` rows (the s-half of the batch).

@@ -186,8 +186,16 @@ void ForwardPlan::add_heads(const Network& net, const std::vector<HeadPass>& pas
   const Config& c = net.config();
   const int H = c.head_hidden;
   auto row = [](const DeviceFloats& f, int row0, int cols) { return f.data() + static_cast<std::size_t>(row0) * cols; };
+  // Every pass's activations stacked (Activations::stack_heads) or none; stacked ones only with
+  // ForwardShape::stacked_heads, which writes them.
+  const int hidden_ld = passes[0].acts.hidden_ld(H);
+  for (std::size_t p = 0; p < passes.size(); ++p)
+    require(passes[p].acts.stacked > 0 == shape.stacked_heads, "ForwardPlan: pass ", p, "'s head activations are ",
+            passes[p].acts.stacked > 0 ? "stacked" : "per head", " and the plan's heads ",
+            shape.stacked_heads ? "stacked" : "per head", "; expected the same (Activations::stack_heads with ",
+            "ForwardShape::stacked_heads)");
   auto hidden_of = [&](const HeadPass& x, const Head& h) {
-    return row(h.branch < 0 ? x.acts.value_hidden : x.acts.branch_hidden[h.branch], x.row0, H);
+    return x.acts.hidden(h.branch + 1, H) + static_cast<std::size_t>(x.row0) * hidden_ld;
   };
   // Padded outputs: a buffer per distinct activations (its value rows, then its branches'), the
   // first pass that names them its key.
@@ -208,6 +216,7 @@ void ForwardPlan::add_heads(const Network& net, const std::vector<HeadPass>& pas
   // (zero rows after the real ones, refreshed by one launch a step): with n still odd, cuBLAS kept
   // its one-float-aligned kernels (H100, thirty-fifth session: padded rows alone changed nothing).
   std::map<std::pair<const ParamBuffer*, int>, float*> padded_weight_of;  // (params, output layer) → copy
+  std::vector<kernels::CopyEntry> copies;  // one launch a plan: the padded and the stacked weights
   if (shape.padded_outputs) {
     std::vector<std::pair<std::pair<const ParamBuffer*, int>, int>> layers;  // (key, width), first seen first
     std::size_t floats = 0;
@@ -218,13 +227,33 @@ void ForwardPlan::add_heads(const Network& net, const std::vector<HeadPass>& pas
           floats += static_cast<std::size_t>(padded_ld(h.width)) * H;
         }
     padded_.emplace_back("zs::plan::padded_weights", floats);
-    std::vector<kernels::CopyEntry> copies;
     float* dst = padded_.back().data();
     for (const auto& [key, width] : layers) {
       padded_weight_of[key] = dst;
       copies.push_back({key.first->weight(key.second).data(), dst, width * H});
       dst += static_cast<std::size_t>(padded_ld(width)) * H;
     }
+  }
+  // Stacked heads: per distinct parameters, every head's hidden weights [heads·H, F] and biases
+  // [heads·H] side by side, refreshed by the same launch.
+  std::map<const ParamBuffer*, std::pair<float*, float*>> stacked_of;  // params → (weights, biases)
+  if (shape.stacked_heads) {
+    const int F = c.trunk.back();
+    for (const HeadPass& x : passes) {
+      if (stacked_of.count(x.params) != 0) continue;
+      const std::vector<Head> heads = heads_of(net, x.set);
+      const std::size_t n = heads.size() * static_cast<std::size_t>(H);
+      padded_.emplace_back("zs::plan::stacked_hidden", n * F + n);
+      float* w = padded_.back().data();
+      float* b = w + n * F;
+      stacked_of[x.params] = {w, b};
+      for (std::size_t i = 0; i < heads.size(); ++i) {
+        copies.push_back({x.params->weight(heads[i].hidden).data(), w + i * H * F, H * F});
+        copies.push_back({x.params->bias(heads[i].hidden).data(), b + i * H, H});
+      }
+    }
+  }
+  if (!copies.empty()) {
     kernels::CopyLaunch<ExecSpace> copy(copies);
     ops_.push_back({[copy](const ExecSpace& exec, const Gemm&) { copy(exec); }});
   }
@@ -245,7 +274,29 @@ void ForwardPlan::add_heads(const Network& net, const std::vector<HeadPass>& pas
     return x.acts.branch_out.data() + table.block(x.acts.rows, c.atoms, h.branch) +
            static_cast<std::size_t>(x.row0) * h.width;
   };
-  if (shape.heads_bias) {
+  if (shape.stacked_heads) {
+    // Runs of passes one product covers, as below; a product per run for every head at once, N =
+    // heads·H wide, its bias and ReLU in the epilogue.
+    const auto runs = runs_of(passes, [&](const HeadPass& prev, const HeadPass& x) {
+      return x.params == prev.params && x.acts.heads_hidden.data() == prev.acts.heads_hidden.data() &&
+             x.row0 == prev.row0 + R && x.features == prev.features + static_cast<std::size_t>(R) * c.trunk.back();
+    });
+    for (const auto& run : runs) {
+      const HeadPass& x = passes[run.front()];
+      GemmBias p;
+      p.ta = Trans::N;
+      p.tb = Trans::T;
+      p.m = R * static_cast<int>(run.size());
+      p.n = hidden_ld;
+      p.k = c.trunk.back();
+      p.a = x.features;
+      p.b = stacked_of.at(x.params).first;
+      p.c = x.acts.heads_hidden.data() + static_cast<std::size_t>(x.row0) * hidden_ld;
+      p.bias = stacked_of.at(x.params).second;
+      p.relu = true;
+      ops_.push_back({[p](const ExecSpace&, const Gemm& gemm) { gemm(p); }, false, false});
+    }
+  } else if (shape.heads_bias) {
     // Runs of passes one product covers: the same parameters and head activations, adjacent
     // rows and adjacent features (the online net on s and s′). A product per head and run, its
     // bias and ReLU in the epilogue: no pass over every head's rows after the batch.
@@ -295,7 +346,7 @@ void ForwardPlan::add_heads(const Network& net, const std::vector<HeadPass>& pas
         for (int i : groups[j]) g.push_back({hidden_of(x, heads[i]), out_weight_of(x, heads[i]), out_of(x, heads[i])});
       }
       const int width = padded_ld(first[groups[j][0]].width);
-      ops_.push_back(gemm_op(GemmBatch(Trans::N, Trans::T, R, width, H, 1.f, 0.f, g), side == 1));
+      ops_.push_back(gemm_op(GemmBatch(Trans::N, Trans::T, R, width, H, 1.f, 0.f, g).with_ld(hidden_ld, 0, 0), side == 1));
     }
   std::vector<DuelingRows> duel;
   for (const HeadPass& x : passes) {
@@ -355,13 +406,17 @@ BackwardPlan::BackwardPlan(const Network& net, const ParamBuffer& p, const Const
           "]");
   // Every head of every set, with where its hidden activations (first B rows) and its output
   // gradient live. All sets share the trunk: their shares of ∂loss/∂features are added up.
+  // Every set's hidden activations per head or stacked alike (their rows act_ld floats apart).
   std::vector<Head> heads;
+  const int act_ld = sets.empty() ? H : sets[0].acts.hidden_ld(H);
   for (std::size_t i = 0; i < sets.size(); ++i) {
     const HeadSetGrads& s = sets[i];
     require(s.acts.rows >= B && s.d_value_out && s.d_branch_out, "BackwardPlan: head set ", i, " has ", s.acts.rows,
             " activation rows or no output gradient; expected >= ", B, " rows and both gradients");
+    require(s.acts.hidden_ld(H) == act_ld, "BackwardPlan: head set ", i, "'s hidden activations have rows ",
+            s.acts.hidden_ld(H), " floats apart, set 0's ", act_ld, "; expected all per head or all stacked alike");
     for (Head h : heads_of(net, s.set)) {
-      h.hidden_act = h.branch < 0 ? s.acts.value_hidden.data() : s.acts.branch_hidden[h.branch].data();
+      h.hidden_act = s.acts.hidden(h.branch + 1, H);
       h.d_out = h.branch < 0 ? s.d_value_out
                              : s.d_branch_out + net.table().block(B, c.atoms, h.branch);
       heads.push_back(h);
@@ -395,7 +450,8 @@ BackwardPlan::BackwardPlan(const Network& net, const ParamBuffer& p, const Const
     for (const auto& group : groups) {
       std::vector<GemmEntry> e;
       for (int i : group) e.push_back({d_out_of(heads[i]), hidden_of(heads[i]), grad.weight(heads[i].out).data()});
-      ops_.push_back(gemm_op(GemmBatch(Trans::T, Trans::N, heads[group[0]].width, H, B, 1.f, 0.f, e), true));
+      ops_.push_back(
+          gemm_op(GemmBatch(Trans::T, Trans::N, heads[group[0]].width, H, B, 1.f, 0.f, e).with_ld(0, act_ld, 0), true));
     }
     for (const auto& group : groups) {
       std::vector<GemmEntry> e;
@@ -409,7 +465,7 @@ BackwardPlan::BackwardPlan(const Network& net, const ParamBuffer& p, const Const
       for (const Head& h : heads) e.push_back({d_out_of(h), 0, 1, nullptr, nullptr, grad.bias(h.out).data(), h.width});
       for (int i = 0; i < n_heads; ++i)
         e.push_back({d_hidden_of(i), 0, 1, hidden_of(heads[i]), d_hidden_of(i), grad.bias(heads[i].hidden).data(), H,
-                     d_hidden_ld, H});
+                     d_hidden_ld, act_ld});
       kernels::ColumnSumLaunch<ExecSpace> sums(e, B);
       ops_.push_back({[sums](const ExecSpace& exec, const Gemm&) { sums(exec); }});
     }

@@ -85,6 +85,11 @@ struct ForwardShape {
   // 16-byte boundary, which keeps cuBLAS to its one-float-aligned kernels. The Activations'
   // value_out and branch_out are then not written.
   bool padded_outputs = false;
+  // The heads' hidden layers as one product per run of passes, N = heads·head_hidden wide, from a
+  // stacked copy of their weights and biases (the same copy launch as padded_outputs'), the bias
+  // and ReLU in its epilogue, into stacked Activations (Activations::stack_heads), which every
+  // pass must have (and only this shape writes).
+  bool stacked_heads = false;
 };
 
 class ForwardPlan {

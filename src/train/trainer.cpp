@@ -81,6 +81,10 @@ Trainer::Trainer(const Config& config, const TrainerOptions& options)
   // all-reduce between the loss and the norms, the posts beside the update.
   const bool reduces = (options_.group && options_.group->size() > 1) || options_.always_reduce;
   if (reduces || !posts_beside()) options_.fused.norm_in_backward = false;
+  if (!fused_ && options_.stacked_forward) {  // before the terms, whose plans read the activations
+    acts_online_.stack_heads(config_);
+    acts_target_.stack_heads(config_);
+  }
   terms_.push_back(std::make_unique<C51Term>(ctx_, c51_budget(config_)));
   for (const auto& spec : auxiliaries) {
     terms_.push_back(spec.make(ctx_, spec.budget(config_)));
@@ -125,7 +129,7 @@ Trainer::Trainer(const Config& config, const TrainerOptions& options)
                                        {&online_, batch_.next_states(), &acts_online_, options.batch_size},
                                        {&target_, batch_.next_states(), &acts_target_, 0}},
         ForwardShape{options.fused_bias, options.heads_bias || options.batch_size >= options.wide_heads_from,
-                     options.padded_outputs});
+                     options.padded_outputs, options.stacked_forward});
   init_params(config_.seed);
 }
 

@@ -74,6 +74,10 @@ struct TrainerOptions {
   // From this batch size on, heads_bias and stacked_heads are taken whatever they say (1: always;
   // kWideHeadsBatch: CUDA from B = 4096, where the two won 49 µs a step, the host never).
   int wide_heads_from = kWideHeadsBatch;
+  // The forward's heads as one stacked layer too (ForwardShape::stacked_heads): the trainer's
+  // activations stacked (Activations::stack_heads), a product per run of passes for every head.
+  // Not yet timed on a GPU, so off; no effect with the fused step, whose kernel writes them.
+  bool stacked_forward = false;
   // The C51 loss's projection: each target atom gathers only from the source atoms within two
   // atoms of it (a binary search on their ascending positions; kernels::gather_mass), the same
   // terms in the same order, instead of walking all of them; in the fused step's loss phase and
