@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <random>
 #include <string>
@@ -316,6 +317,54 @@ void expect_each_tensor_near(const zs::ParamLayout& layout, const zs::ParamBuffe
   }
 }
 
+// Head h's hidden activations [rows, head_hidden], per head or stacked alike.
+std::vector<float> head_hidden(const zs::Activations& a, int h, int H) {
+  if (a.stacked == 0) return to_host(h == 0 ? a.value_hidden : a.branch_hidden[h - 1]);
+  const auto all = to_host(a.heads_hidden);
+  std::vector<float> out;
+  for (int r = 0; r < a.rows; ++r)
+    for (int j = 0; j < H; ++j) out.push_back(all[(std::size_t(r) * a.stacked + h) * H + j]);
+  return out;
+}
+
+// A plan's forward against the same plan with a side lane (the same bits) and the plain plan's
+// (to rounding): log-probabilities and every head's hidden activations; and the ReLU cut
+// something in the last head's and left something.
+void expect_forward_matches(const zs::Activations& a, const zs::Activations& a_side, const zs::Activations& ref,
+                            int heads, int H, const std::string& how) {
+  EXPECT_TRUE(zs::test::same_bits(to_host(a.logp), to_host(a_side.logp))) << how;
+  EXPECT_LT(max_rel(to_host(a.logp), as_double(to_host(ref.logp))), 1e-5) << how;
+  for (int h = 0; h < heads; ++h) {
+    const auto got = head_hidden(a, h, H);
+    EXPECT_TRUE(zs::test::same_bits(got, head_hidden(a_side, h, H))) << how << ", head " << h;
+    EXPECT_LT(max_rel(got, as_double(head_hidden(ref, h, H))), 1e-5) << how << ", head " << h;
+  }
+  const auto relu = head_hidden(a, heads - 1, H);
+  EXPECT_GT(std::count(relu.begin(), relu.end(), 0.f), 0) << how << ": the ReLU must have cut something";
+  EXPECT_GT(*std::max_element(relu.begin(), relu.end()), 0.f) << how;
+}
+
+// Runs `run` directly and checks it, then captures it into a graph and replays it twice with new
+// states and online and target parameters (and whatever `refill` changes), checking each replay:
+// a replay that read stale data, or a step a capture refused, shows.
+void run_then_replay(PlanSetup& x, std::uint64_t seed, const std::function<void()>& run,
+                     const std::function<void(const std::string&)>& compare,
+                     const std::function<void(int)>& refill = {}) {
+  run();
+  compare("enqueued directly");
+  zs::Graph graph;
+  graph.capture(x.stream, run);
+  for (int r = 0; r < 2; ++r) {
+    fill(x.states, seed + 10 + r, 1.f);
+    fill(x.online.flat(), seed + 20 + r, 0.4f);
+    fill(x.target.flat(), seed + 30 + r, 0.4f);
+    if (refill) refill(r);
+    x.stream.synchronize();
+    graph.replay(x.stream);
+    compare("replay " + std::to_string(r));
+  }
+}
+
 }  // namespace
 
 TEST(NetworkPlan, ForwardAndBackwardEqualNetworksPerLayerPasses) {
@@ -485,18 +534,7 @@ TEST(NetworkPlan, StackedHeadsMatchThePerHeadBackward) {
     }
   };
   fill_out(seed + 4);
-  run();
-  compare("enqueued directly");
-  zs::Graph graph;
-  graph.capture(x.stream, run);
-  for (int r = 0; r < 2; ++r) {
-    fill(x.states, seed + 10 + r, 1.f);
-    fill(x.online.flat(), seed + 20 + r, 0.4f);
-    fill_out(seed + 30 + 2 * r);
-    x.stream.synchronize();
-    graph.replay(x.stream);
-    compare("replay " + std::to_string(r));
-  }
+  run_then_replay(x, seed, run, compare, [&](int r) { fill_out(seed + 40 + 2 * r); });
   EXPECT_NE(zs::test::error_of([&] {
               zs::DeviceFloats d("d", 8);
               zs::kernels::ColumnSumLaunch<zs::ExecSpace>({{d.data(), 0, 1, nullptr, nullptr, d.data(), 4, 3, 0}}, 2);
@@ -543,19 +581,8 @@ TEST(NetworkPlan, StackedForwardMatchesThePlainPlan) {
   };
   auto compare = [&](const std::string& how) {
     x.stream.synchronize();
-    for (const auto& [a, a_side, ref] : {std::tie(on, on_side, on_ref), std::tie(tg, tg_side, tg_ref)}) {
-      EXPECT_TRUE(zs::test::same_bits(to_host(a.logp), to_host(a_side.logp))) << how;
-      EXPECT_TRUE(zs::test::same_bits(to_host(a.heads_hidden), to_host(a_side.heads_hidden))) << how;
-      EXPECT_LT(max_rel(to_host(a.logp), as_double(to_host(ref.logp))), 1e-5) << how;
-      const auto stacked = to_host(a.heads_hidden);
-      for (int h = 0; h < heads; ++h) {
-        const auto want = to_host(h == 0 ? ref.value_hidden : ref.branch_hidden[h - 1]);
-        std::vector<float> got;
-        for (int r = 0; r < a.rows; ++r)
-          for (int j = 0; j < H; ++j) got.push_back(stacked[(std::size_t(r) * heads + h) * H + j]);
-        EXPECT_LT(max_rel(got, as_double(want)), 1e-5) << how << ", head " << h;
-      }
-    }
+    expect_forward_matches(on, on_side, on_ref, heads, H, how + ", online");
+    expect_forward_matches(tg, tg_side, tg_ref, heads, H, how + ", target");
     expect_each_tensor_near(x.layout, grad, grad_ref, how + ", backward per head");
     expect_each_tensor_near(x.layout, grad_stacked, grad_ref, how + ", backward stacked");
   };
@@ -563,20 +590,7 @@ TEST(NetworkPlan, StackedForwardMatchesThePlainPlan) {
     fill(grads->d_value_out, seed + 4, 1.f);
     fill(grads->d_branch_out, seed + 5, 1.f);
   }
-  run();
-  compare("enqueued directly");
-  zs::Graph graph;
-  graph.capture(x.stream, run);
-  for (int r = 0; r < 2; ++r) {
-    fill(x.states, seed + 10 + r, 1.f);
-    fill(x.online.flat(), seed + 20 + r, 0.4f);
-    fill(x.target.flat(), seed + 30 + r, 0.4f);
-    x.stream.synchronize();
-    graph.replay(x.stream);
-    compare("replay " + std::to_string(r));
-  }
-  const auto relu = to_host(tg.heads_hidden);
-  EXPECT_GT(std::count(relu.begin(), relu.end(), 0.f), 0) << "the ReLU must have cut something";
+  run_then_replay(x, seed, run, compare);
   EXPECT_NE(zs::test::error_of([&] { zs::ForwardPlan(x.net, {{&x.online, x.s, &on_ref, 0}}, shape); })
                 .find("pass 0's head activations are per head and the plan's heads stacked"),
             std::string::npos);
@@ -618,7 +632,7 @@ TEST(NetworkPlan, FusedBiasMatchesThePerLayerPassesWithAndWithoutASideLane) {
     fused_side.enqueue(exec, x.gemm, &side);
     plain.enqueue(exec, x.gemm);
   };
-  auto compare = [&](const char* how) {
+  auto compare = [&](const std::string& how) {
     x.stream.synchronize();
     EXPECT_TRUE(zs::test::same_bits(to_host(on.logp), to_host(on_side.logp))) << how;
     EXPECT_TRUE(zs::test::same_bits(to_host(tg.logp), to_host(tg_side.logp))) << how;
@@ -632,17 +646,7 @@ TEST(NetworkPlan, FusedBiasMatchesThePerLayerPassesWithAndWithoutASideLane) {
     EXPECT_GT(std::count(relu.begin(), relu.end(), 0.f), 0) << "the ReLU must have cut something";
     EXPECT_GT(*std::max_element(relu.begin(), relu.end()), 0.f);
   };
-  run();
-  compare("enqueued directly");
-  zs::Graph graph;
-  graph.capture(x.stream, run);
-  for (int r = 0; r < 2; ++r) {
-    fill(x.states, seed + 10 + r, 1.f);
-    fill(x.target.flat(), seed + 20 + r, 0.4f);
-    x.stream.synchronize();
-    graph.replay(x.stream);
-    compare("replayed from a graph");
-  }
+  run_then_replay(x, seed, run, compare);
 }
 
 // The heads' hidden layers with their bias and ReLU in the products too (heads_bias: a product
@@ -682,32 +686,11 @@ TEST(NetworkPlan, HeadsBiasAndPaddedOutputsMatchThePlainPlan) {
       fused_side.enqueue(exec, x.gemm, &side);
       plain.enqueue(exec, x.gemm);
     };
-    auto compare = [&](const char* how) {
+    auto compare = [&](const std::string& how) {
       x.stream.synchronize();
-      for (const auto& [a, a_side, ref] : {std::tie(on, on_side, on_ref), std::tie(tg, tg_side, tg_ref)}) {
-        EXPECT_TRUE(zs::test::same_bits(to_host(a.logp), to_host(a_side.logp))) << how;
-        EXPECT_TRUE(zs::test::same_bits(to_host(a.value_hidden), to_host(a_side.value_hidden))) << how;
-        EXPECT_LT(max_rel(to_host(a.logp), as_double(to_host(ref.logp))), 1e-5) << how;
-        EXPECT_LT(max_rel(to_host(a.value_hidden), as_double(to_host(ref.value_hidden))), 1e-5) << how;
-        for (std::size_t k = 0; k < a.branch_hidden.size(); ++k)
-          EXPECT_LT(max_rel(to_host(a.branch_hidden[k]), as_double(to_host(ref.branch_hidden[k]))), 1e-5)
-              << how << ", branch " << k;
-      }
-      const auto relu = to_host(tg.branch_hidden.back());
-      EXPECT_GT(std::count(relu.begin(), relu.end(), 0.f), 0) << "the ReLU must have cut something";
-      EXPECT_GT(*std::max_element(relu.begin(), relu.end()), 0.f);
+      expect_forward_matches(on, on_side, on_ref, heads, x.c.head_hidden, how + ", online");
+      expect_forward_matches(tg, tg_side, tg_ref, heads, x.c.head_hidden, how + ", target");
     };
-    run();
-    compare("enqueued directly");
-    zs::Graph graph;
-    graph.capture(x.stream, run);
-    for (int r = 0; r < 2; ++r) {
-      fill(x.states, seed + 10 + r, 1.f);
-      fill(x.online.flat(), seed + 20 + r, 0.4f);
-      fill(x.target.flat(), seed + 30 + r, 0.4f);
-      x.stream.synchronize();
-      graph.replay(x.stream);
-      compare("replayed from a graph");
-    }
+    run_then_replay(x, seed, run, compare);
   }
 }

@@ -274,52 +274,40 @@ void ForwardPlan::add_heads(const Network& net, const std::vector<HeadPass>& pas
     return x.acts.branch_out.data() + table.block(x.acts.rows, c.atoms, h.branch) +
            static_cast<std::size_t>(x.row0) * h.width;
   };
+  // Runs of passes one product covers: the same parameters and head activations, adjacent rows
+  // and adjacent features (the online net on s and s′).
+  const auto runs = runs_of(passes, [&](const HeadPass& prev, const HeadPass& x) {
+    return x.params == prev.params && x.acts.hidden(0, H) == prev.acts.hidden(0, H) && x.row0 == prev.row0 + R &&
+           x.features == prev.features + static_cast<std::size_t>(R) * c.trunk.back();
+  });
+  // A product over a run's rows with the bias and ReLU in its epilogue: no pass over the rows after.
+  auto run_product = [&](const std::vector<std::size_t>& run, int n, const float* w, const float* bias, float* out) {
+    GemmBias p;
+    p.ta = Trans::N;
+    p.tb = Trans::T;
+    p.m = R * static_cast<int>(run.size());
+    p.n = n;
+    p.k = c.trunk.back();
+    p.a = passes[run.front()].features;
+    p.b = w;
+    p.c = out;
+    p.bias = bias;
+    p.relu = true;
+    ops_.push_back({[p](const ExecSpace&, const Gemm& gemm) { gemm(p); }, false, false});
+  };
   if (shape.stacked_heads) {
-    // Runs of passes one product covers, as below; a product per run for every head at once, N =
-    // heads·H wide, its bias and ReLU in the epilogue.
-    const auto runs = runs_of(passes, [&](const HeadPass& prev, const HeadPass& x) {
-      return x.params == prev.params && x.acts.heads_hidden.data() == prev.acts.heads_hidden.data() &&
-             x.row0 == prev.row0 + R && x.features == prev.features + static_cast<std::size_t>(R) * c.trunk.back();
-    });
+    // A product per run for every head at once, N = heads·H wide (the first head's columns first).
     for (const auto& run : runs) {
       const HeadPass& x = passes[run.front()];
-      GemmBias p;
-      p.ta = Trans::N;
-      p.tb = Trans::T;
-      p.m = R * static_cast<int>(run.size());
-      p.n = hidden_ld;
-      p.k = c.trunk.back();
-      p.a = x.features;
-      p.b = stacked_of.at(x.params).first;
-      p.c = x.acts.heads_hidden.data() + static_cast<std::size_t>(x.row0) * hidden_ld;
-      p.bias = stacked_of.at(x.params).second;
-      p.relu = true;
-      ops_.push_back({[p](const ExecSpace&, const Gemm& gemm) { gemm(p); }, false, false});
+      const auto& [w, bias] = stacked_of.at(x.params);
+      run_product(run, hidden_ld, w, bias, hidden_of(x, heads_of(net, x.set).front()));
     }
   } else if (shape.heads_bias) {
-    // Runs of passes one product covers: the same parameters and head activations, adjacent
-    // rows and adjacent features (the online net on s and s′). A product per head and run, its
-    // bias and ReLU in the epilogue: no pass over every head's rows after the batch.
-    const auto runs = runs_of(passes, [&](const HeadPass& prev, const HeadPass& x) {
-      return x.params == prev.params && x.acts.value_hidden.data() == prev.acts.value_hidden.data() &&
-             x.row0 == prev.row0 + R && x.features == prev.features + static_cast<std::size_t>(R) * c.trunk.back();
-    });
+    // A product per head and run.
     for (const auto& run : runs) {
       const HeadPass& x = passes[run.front()];
-      for (const Head& h : heads_of(net, x.set)) {
-        GemmBias p;
-        p.ta = Trans::N;
-        p.tb = Trans::T;
-        p.m = R * static_cast<int>(run.size());
-        p.n = H;
-        p.k = c.trunk.back();
-        p.a = x.features;
-        p.b = x.params->weight(h.hidden).data();
-        p.c = hidden_of(x, h);
-        p.bias = x.params->bias(h.hidden).data();
-        p.relu = true;
-        ops_.push_back({[p](const ExecSpace&, const Gemm& gemm) { gemm(p); }, false, false});
-      }
+      for (const Head& h : heads_of(net, x.set))
+        run_product(run, H, x.params->weight(h.hidden).data(), x.params->bias(h.hidden).data(), hidden_of(x, h));
     }
   } else {
     std::vector<GemmEntry> g;
