@@ -126,19 +126,25 @@ struct CopyEntry {
 // Floats a team of CopyBatch copies: a few per thread of a 256-thread team.
 inline constexpr int kCopyChunk = 1024;
 
-// A team per (entry, chunk of kCopyChunk floats), its threads along the chunk: 32-bit indices
+// One team's share of a CopyBatch: entry `entry` from float `first` on.
+struct CopyChunk {
+  int entry = 0, first = 0;
+};
+
+// A team per chunk of kCopyChunk floats of an entry (a table made once, so an entry of a few
+// floats beside one of many leaves no team idle), its threads along the chunk: 32-bit indices
 // only (Nsight, H100: a thread a float of one flat 64-bit range, its entry found by a 64-bit
 // division, took 8 µs for 8 MB of traffic).
 template <class Exec>
 struct CopyBatch {
   using Member = typename Kokkos::TeamPolicy<Exec>::member_type;
   Kokkos::View<const CopyEntry*, typename Exec::memory_space> entries;
-  int chunks = 1;  // per entry: the longest entry's
+  Kokkos::View<const CopyChunk*, typename Exec::memory_space> chunks;
   KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
-    const CopyEntry e = entries(team.league_rank() / chunks);
-    const int i0 = (team.league_rank() % chunks) * kCopyChunk;
-    const int i1 = i0 + kCopyChunk < e.count ? i0 + kCopyChunk : e.count;
-    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, i0, i1 > i0 ? i1 : i0), [&](const int i) { e.dst[i] = e.src[i]; });
+    const CopyChunk ch = chunks(team.league_rank());
+    const CopyEntry e = entries(ch.entry);
+    const int end = ch.first + kCopyChunk < e.count ? ch.first + kCopyChunk : e.count;
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, ch.first, end), [&](const int i) { e.dst[i] = e.src[i]; });
   }
 };
 
@@ -148,25 +154,25 @@ class CopyLaunch {
   CopyLaunch() = default;
   explicit CopyLaunch(const std::vector<CopyEntry>& entries) {
     require(!entries.empty(), "CopyLaunch: 0 entries; expected at least one");
-    int longest = 0;
+    std::vector<CopyChunk> chunks;
     for (std::size_t i = 0; i < entries.size(); ++i) {
       require(entries[i].src && entries[i].dst && entries[i].count >= 1, "CopyLaunch: entry ", i,
               " has a null source or destination, or ", entries[i].count, " floats; expected both and >= 1 float");
-      longest = std::max(longest, entries[i].count);
+      for (int f = 0; f < entries[i].count; f += kCopyChunk) chunks.push_back({static_cast<int>(i), f});
     }
-    chunks_ = (longest + kCopyChunk - 1) / kCopyChunk;
     table_ = device_table<typename Exec::memory_space>("zs::copy_batch", entries);
+    chunks_ = device_table<typename Exec::memory_space>("zs::copy_batch_chunks", chunks);
   }
   void operator()(const Exec& exec) const {
     constexpr bool host = Kokkos::SpaceAccessibility<Kokkos::HostSpace, typename Exec::memory_space>::accessible;
     Kokkos::parallel_for("zs::copy_batch",
-                         Kokkos::TeamPolicy<Exec>(exec, static_cast<int>(table_.extent(0)) * chunks_, host ? 1 : 256),
+                         Kokkos::TeamPolicy<Exec>(exec, static_cast<int>(chunks_.extent(0)), host ? 1 : 256),
                          AfterPriorGrids<CopyBatch<Exec>>({table_, chunks_}));
   }
 
  private:
   Kokkos::View<CopyEntry*, typename Exec::memory_space> table_;
-  int chunks_ = 1;
+  Kokkos::View<CopyChunk*, typename Exec::memory_space> chunks_;
 };
 
 // db[c] = Σ_r g[r, c] where g = Σ_p parts[p][r, c] (parts `part_stride` floats apart), zeroed

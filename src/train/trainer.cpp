@@ -15,6 +15,9 @@
 namespace zs {
 
 namespace {
+// Whether the plans take heads_bias and stacked_heads whatever those say (TrainerOptions::wide_heads_from).
+bool wide_heads(const TrainerOptions& o) { return o.batch_size >= o.wide_heads_from; }
+
 // The pieces of a term's gradient buffer that its norm reads (LossTerm::gradient_spans).
 kernels::NormPieces<ExecSpace> norm_pieces(const LossTerm& t) {
   const auto spans = t.gradient_spans();
@@ -67,7 +70,7 @@ Trainer::Trainer(const Config& config, const TrainerOptions& options)
            batch_,       acts_online_, acts_target_, c51_, buffers_,
            options.group ? std::int64_t{options.group->rank()} * options.batch_size : 0, side_.get(),
            fused_ ? &options_.fused : nullptr, options.narrow_gather,
-           options.stacked_heads || options.batch_size >= options.wide_heads_from},
+           options.stacked_heads || wide_heads(options)},
       optimizer_(config_, layout_),
       guard_(options.guard),
       unit_scale_("zs::unit_scale"),
@@ -128,7 +131,7 @@ Trainer::Trainer(const Config& config, const TrainerOptions& options)
         net_, std::vector<ForwardPass>{{&online_, batch_.states(), &acts_online_, 0},
                                        {&online_, batch_.next_states(), &acts_online_, options.batch_size},
                                        {&target_, batch_.next_states(), &acts_target_, 0}},
-        ForwardShape{options.fused_bias, options.heads_bias || options.batch_size >= options.wide_heads_from,
+        ForwardShape{options.fused_bias, options.heads_bias || wide_heads(options),
                      options.padded_outputs, options.stacked_forward});
   init_params(config_.seed);
 }
