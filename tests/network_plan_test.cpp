@@ -600,6 +600,14 @@ TEST(NetworkPlan, StackedForwardMatchesThePlainPlan) {
   EXPECT_NE(zs::test::error_of([&] { x.net.forward(exec, x.gemm, x.online, x.s2, tg); })
                 .find("Network::forward: the heads' hidden activations are stacked"),
             std::string::npos);
+  EXPECT_NE(zs::test::error_of([&] {
+              zs::BackwardPlan(x.net, x.online, x.s, on,
+                               {{x.net.main_heads(), on.heads(), g.d_value_out.data(), g.d_branch_out.data()},
+                                {x.net.main_heads(), on_ref.heads(), g.d_value_out.data(), g.d_branch_out.data()}},
+                               g, grad);
+            }).find("head set 1's hidden activations have rows " + std::to_string(H) + " floats apart, set 0's " +
+                    std::to_string(heads * H)),
+            std::string::npos);
 }
 
 // Each trunk layer's bias and ReLU inside its products (cuBLASLt epilogues on CUDA): the online
