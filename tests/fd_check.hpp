@@ -41,7 +41,8 @@ inline RefBatch ref_batch(const HostBatch& hb) {
 // the double reference shows every ReLU layer alive for some row (a layer dead for the whole
 // batch has no gradient for finite differences to find: about one draw in several hundred) and
 // no double-DQN a* within 1e-5 of a tie (the float step may pick the other, equally valid
-// action, which changes C51's targets). At most 20 draws; `seed` is the one used.
+// action, which changes C51's targets). At most 20 draws; `seed` is the one used. `also_live`,
+// where given, vets each draw for a loss's own ReLU layers beyond the main net's (IQN's).
 struct CheckDraw {
   std::uint64_t seed = 0, first = 0;
   Config config;
@@ -51,7 +52,8 @@ struct CheckDraw {
 };
 
 inline CheckDraw draw_for_gradient_check(const std::function<Config(std::uint64_t)>& make_config, int B,
-                                         TrainerOptions opt = {}) {
+                                         TrainerOptions opt = {},
+                                         const std::function<bool(const CheckDraw&)>& also_live = {}) {
   CheckDraw d;
   d.first = d.seed = fresh_seed();
   opt.batch_size = B;
@@ -65,7 +67,8 @@ inline CheckDraw draw_for_gradient_check(const std::function<Config(std::uint64_
     const RefNet ref(d.config, d.trainer->layout());
     const RefBatch rb = ref_batch(d.batch);
     const auto margin = ref.loss(d.p0, d.t0, rb).margin;
-    if (ref.least_live_layer(d.p0, rb.states, B) > 1e-4 && *std::min_element(margin.begin(), margin.end()) > 1e-5) {
+    if (ref.least_live_layer(d.p0, rb.states, B) > 1e-4 && *std::min_element(margin.begin(), margin.end()) > 1e-5 &&
+        (!also_live || also_live(d))) {
       upload(d.trainer->stream().exec(), d.config, d.batch, d.trainer->batch());
       return d;
     }

@@ -140,7 +140,15 @@ struct QuantileCase {
 TEST(IQN, LossTauAndEveryGradientMatchTheReferenceAndFiniteDifferences) {
   for (double kappa : {1.0, 0.05}) {  // mostly quadratic, mostly linear Huber
     const int B = 12;
-    auto draw = zs::test::draw_for_gradient_check([&](std::uint64_t s) { return iqn_config(s, kappa); }, B);
+    // IQN's own ReLU layers alive at the τ the step will draw (call 0 of the term's seed).
+    const auto iqn_live = [&](const zs::test::CheckDraw& d) {
+      const auto* term = d.trainer->term_as<zs::IqnTerm>("iqn");
+      std::vector<double> tau(std::size_t(B) * d.config.iqn.n_tau);
+      for (std::size_t r = 0; r < tau.size(); ++r)
+        tau[r] = zs::kernels::iqn_tau(term->seed(), zs::kernels::kIqnOnlineStream, 0, r);
+      return zs::test::RefNet(d.config, d.trainer->layout()).iqn_least_live(d.p0, ref_batch(d.batch).states, B, tau) > 1e-4;
+    };
+    auto draw = zs::test::draw_for_gradient_check([&](std::uint64_t s) { return iqn_config(s, kappa); }, B, {}, iqn_live);
     ASSERT_TRUE(draw.trainer);
     SCOPED_TRACE(testing::Message() << "kappa " << kappa << " seed " << draw.seed << " (first drawn " << draw.first
                                     << ")");

@@ -224,18 +224,36 @@ class RefNet {
     return least;
   }
 
-  // IQN quantiles [R·N, A] of parameters P on features feat [R, F] at τ (row i·N + n).
+  // IQN quantiles [R·N, A] of parameters P on features feat [R, F] at τ (row i·N + n). With
+  // `least`, also least_live_layer's measure over IQN's two ReLU layers (embedding and hidden).
   std::vector<double> iqn_quantiles(const std::vector<double>& P, const std::vector<double>& feat, int R,
-                                    const std::vector<double>& tau) const {
+                                    const std::vector<double>& tau, double* least = nullptr) const {
     const int N = c_.iqn.n_tau, E = c_.iqn.embed_dim, F = c_.trunk.back(), L = l_.layer_index("iqn.embed");
     std::vector<double> cosv(std::size_t(R) * N * E), h(std::size_t(R) * N * F);
+    const auto relu_noting = [&](std::vector<double> pre) {
+      double mx = -INFINITY;
+      for (double& v : pre) {
+        mx = std::max(mx, v);
+        v = std::max(0.0, v);
+      }
+      if (least) *least = std::min(*least, mx);
+      return pre;
+    };
     for (int r = 0; r < R * N; ++r)
       for (int e = 0; e < E; ++e) cosv[std::size_t(r) * E + e] = std::cos(M_PI * e * tau[r]);
-    const auto phi = dense(P, L, cosv, R * N, E, true);
+    const auto phi = relu_noting(dense(P, L, cosv, R * N, E, false));
     for (int r = 0; r < R * N; ++r)
       for (int f = 0; f < F; ++f) h[std::size_t(r) * F + f] = feat[std::size_t(r / N) * F + f] * phi[std::size_t(r) * F + f];
-    const auto hidden = dense(P, L + 1, h, R * N, F, true);
+    const auto hidden = relu_noting(dense(P, L + 1, h, R * N, F, false));
     return dense(P, L + 2, hidden, R * N, c_.head_hidden, false);
+  }
+
+  // least_live_layer's measure over IQN's ReLU layers on states x [R, state_dim] at τ.
+  double iqn_least_live(const std::vector<double>& P, const std::vector<double>& x, int R,
+                        const std::vector<double>& tau) const {
+    double least = INFINITY;
+    iqn_quantiles(P, features(P, x, R), R, tau, &least);
+    return least;
   }
 
   // IQN quantile Huber loss (docs/kernels.md) with the given τ, τ′ and double-DQN actions.
