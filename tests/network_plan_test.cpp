@@ -571,6 +571,15 @@ TEST(NetworkPlan, StackedForwardMatchesThePlainPlan) {
   const zs::BackwardPlan bwd(x.net, x.online, x.s, on, g, grad);
   const zs::BackwardPlan bwd_stacked(x.net, x.online, x.s, on, g_stacked, grad_stacked, zs::BackwardShape{true});
   const zs::BackwardPlan bwd_ref(x.net, x.online, x.s, on_ref, g_ref, grad_ref);
+  // The stacked backward reading the forward's stacked copy of the online hidden weights.
+  zs::ParamBuffer grad_shared(x.layout, "gshared");
+  zs::Gradients g_shared(x.c, B);
+  const float* shared_w = fused.stacked_hidden_weights(x.online);
+  ASSERT_NE(shared_w, nullptr);
+  EXPECT_NE(fused.stacked_hidden_weights(x.target), shared_w);
+  EXPECT_EQ(plain.stacked_hidden_weights(x.online), nullptr);
+  const zs::BackwardPlan bwd_shared(x.net, x.online, x.s, on, g_shared, grad_shared, zs::BackwardShape{true, shared_w});
+  EXPECT_EQ(bwd_shared.launches(), bwd_stacked.launches() - 1) << "no copy of its own";
   auto run = [&] {
     fused.enqueue(exec, x.gemm);
     fused_side.enqueue(exec, x.gemm, &x.side);
@@ -578,6 +587,7 @@ TEST(NetworkPlan, StackedForwardMatchesThePlainPlan) {
     bwd.enqueue(exec, x.gemm);
     bwd_stacked.enqueue(exec, x.gemm);
     bwd_ref.enqueue(exec, x.gemm);
+    bwd_shared.enqueue(exec, x.gemm);
   };
   auto compare = [&](const std::string& how) {
     x.stream.synchronize();
@@ -585,8 +595,11 @@ TEST(NetworkPlan, StackedForwardMatchesThePlainPlan) {
     expect_forward_matches(tg, tg_side, tg_ref, heads, H, how + ", target");
     expect_each_tensor_near(x.layout, grad, grad_ref, how + ", backward per head");
     expect_each_tensor_near(x.layout, grad_stacked, grad_ref, how + ", backward stacked");
+    // The same weights in the same layout: the same bits as the plan's own copy.
+    EXPECT_TRUE(zs::test::same_bits(to_host(grad_shared.flat()), to_host(grad_stacked.flat()))) << how;
+    EXPECT_TRUE(zs::test::same_bits(to_host(g_shared.d_trunk[0]), to_host(g_stacked.d_trunk[0]))) << how;
   };
-  for (auto* grads : {&g, &g_stacked, &g_ref}) {
+  for (auto* grads : {&g, &g_stacked, &g_ref, &g_shared}) {
     fill(grads->d_value_out, seed + 4, 1.f);
     fill(grads->d_branch_out, seed + 5, 1.f);
   }
@@ -607,6 +620,16 @@ TEST(NetworkPlan, StackedForwardMatchesThePlainPlan) {
                                g, grad);
             }).find("head set 1's hidden activations have rows " + std::to_string(H) + " floats apart, set 0's " +
                     std::to_string(heads * H)),
+            std::string::npos);
+  EXPECT_NE(zs::test::error_of([&] { zs::BackwardPlan(x.net, x.online, x.s, on, g, grad, zs::BackwardShape{false, shared_w}); })
+                .find("stacked weights given for 1 head set(s) with the heads not stacked"),
+            std::string::npos);
+  EXPECT_NE(zs::test::error_of([&] {
+              zs::BackwardPlan(x.net, x.online, x.s, on,
+                               {{x.net.main_heads(), on.heads(), g.d_value_out.data(), g.d_branch_out.data()},
+                                {x.net.main_heads(), on.heads(), g.d_value_out.data(), g.d_branch_out.data()}},
+                               g, grad, zs::BackwardShape{true, shared_w});
+            }).find("stacked weights given for 2 head set(s); expected the stacked shape and the main head set alone"),
             std::string::npos);
 }
 

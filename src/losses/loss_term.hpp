@@ -64,6 +64,10 @@ struct StepContext {
   bool narrow_gather = false;
   // The backward plans' heads as one stacked layer (TrainerOptions::stacked_heads).
   bool stacked_heads = false;
+  // The online net's main hidden weights as the trainer's forward plan stacks them each step
+  // (ForwardPlan::stacked_hidden_weights; nullptr: not stacked there): a stacked backward of the
+  // main heads reads them (BackwardShape::stacked_weights) instead of stacking its own.
+  const float* stacked_hidden_weights = nullptr;
 };
 
 // What a term gives the C51 term's fused kernel to run its backward in the kernel's backward

@@ -247,6 +247,7 @@ void ForwardPlan::add_heads(const Network& net, const std::vector<HeadPass>& pas
       float* w = padded_.back().data();
       float* b = w + n * F;
       stacked_of[x.params] = {w, b};
+      stacked_weights_[x.params] = w;
       for (std::size_t i = 0; i < heads.size(); ++i) {
         copies.push_back({x.params->weight(heads[i].hidden).data(), w + i * H * F, H * F});
         copies.push_back({x.params->bias(heads[i].hidden).data(), b + i * H, H});
@@ -378,6 +379,11 @@ void ForwardPlan::enqueue(const ExecSpace& exec, const Gemm& gemm, const SideLan
 
 int ForwardPlan::side_launches() const { return count_side(ops_); }
 
+const float* ForwardPlan::stacked_hidden_weights(const ParamBuffer& params) const {
+  const auto it = stacked_weights_.find(&params);
+  return it == stacked_weights_.end() ? nullptr : it->second;
+}
+
 BackwardPlan::BackwardPlan(const Network& net, const ParamBuffer& p, const ConstMatrixView& input,
                            const Activations& acts, Gradients& g, const ParamBuffer& grad, BackwardShape shape)
     : BackwardPlan(net, p, input, acts, {{net.main_heads(), acts.heads(), g.d_value_out.data(), g.d_branch_out.data()}},
@@ -421,15 +427,24 @@ BackwardPlan::BackwardPlan(const Network& net, const ParamBuffer& p, const Const
   const int d_hidden_ld = stacked ? NH : H;
   auto d_hidden_of = [&](int i) { return d_hidden_.data() + static_cast<std::size_t>(i) * (stacked ? H : B * H); };
   const auto groups = by_width(heads);
+  require(!shape.stacked_weights || (stacked && sets.size() == 1 && sets[0].set.value0 == net.main_heads().value0 &&
+                                      sets[0].set.branch0 == net.main_heads().branch0),
+          "BackwardPlan: stacked weights given for ", sets.size(), " head set(s)",
+          shape.stacked_heads ? "" : " with the heads not stacked",
+          "; expected the stacked shape and the main head set alone, whose weights a forward plan stacks");
+  const float* stacked_w = shape.stacked_weights;
   if (stacked) {
-    // The hidden weights stacked [NH, F], refreshed at the plan's start (the optimizer moved them).
-    stacked_w_ = DeviceFloats("zs::plan::stacked_hidden_weights", static_cast<std::size_t>(NH) * F);
     stacked_dw_ = DeviceFloats("zs::plan::stacked_hidden_grads", static_cast<std::size_t>(NH) * F);
-    std::vector<kernels::CopyEntry> copies;
-    for (int i = 0; i < n_heads; ++i)
-      copies.push_back({p.weight(heads[i].hidden).data(), stacked_w_.data() + static_cast<std::size_t>(i) * H * F, H * F});
-    kernels::CopyLaunch<ExecSpace> copy(copies);
-    ops_.push_back({[copy](const ExecSpace& exec, const Gemm&) { copy(exec); }});
+    if (!stacked_w) {
+      // The hidden weights stacked [NH, F], refreshed at the plan's start (the optimizer moved them).
+      stacked_w_ = DeviceFloats("zs::plan::stacked_hidden_weights", static_cast<std::size_t>(NH) * F);
+      stacked_w = stacked_w_.data();
+      std::vector<kernels::CopyEntry> copies;
+      for (int i = 0; i < n_heads; ++i)
+        copies.push_back({p.weight(heads[i].hidden).data(), stacked_w_.data() + static_cast<std::size_t>(i) * H * F, H * F});
+      kernels::CopyLaunch<ExecSpace> copy(copies);
+      ops_.push_back({[copy](const ExecSpace& exec, const Gemm&) { copy(exec); }});
+    }
   }
 
   // Without head sets, g.d_trunk.back() already holds ∂loss/∂features: only the trunk runs.
@@ -467,7 +482,7 @@ BackwardPlan::BackwardPlan(const Network& net, const ParamBuffer& p, const Const
         copies.push_back({stacked_dw_.data() + static_cast<std::size_t>(i) * H * F, grad.weight(heads[i].hidden).data(), H * F});
       kernels::CopyLaunch<ExecSpace> copy(copies);
       ops_.push_back({[copy](const ExecSpace& exec, const Gemm&) { copy(exec); }, true, false});
-      ops_.push_back(gemm_op(GemmBatch(Trans::N, Trans::N, B, F, NH, 1.f, 0.f, {{d_hidden_.data(), stacked_w_.data(), d_features_.data()}})));
+      ops_.push_back(gemm_op(GemmBatch(Trans::N, Trans::N, B, F, NH, 1.f, 0.f, {{d_hidden_.data(), stacked_w, d_features_.data()}})));
     } else {
       // Hidden layers: weight gradients, and each head's share of ∂loss/∂features (summed below).
       const float* features = acts.trunk[T - 1].data();

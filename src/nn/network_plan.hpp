@@ -9,6 +9,7 @@
 #pragma once
 #include <functional>
 #include <initializer_list>
+#include <map>
 #include <utility>
 #include <vector>
 
@@ -108,6 +109,10 @@ class ForwardPlan {
   int launches() const { return static_cast<int>(ops_.size()); }
   // How many of those go to the side lane when there is one.
   int side_launches() const;
+  // ForwardShape::stacked_heads: the main heads' hidden weights of `params` stacked [heads·H, F],
+  // refreshed by enqueue() (a BackwardPlan after it may read them: BackwardShape::stacked_weights);
+  // nullptr where no pass has these parameters or the heads are not stacked.
+  const float* stacked_hidden_weights(const ParamBuffer& params) const;
 
  private:
   struct HeadPass {
@@ -121,6 +126,7 @@ class ForwardPlan {
   std::vector<PlanOp> ops_;
   // padded_outputs: per Activations, its value rows, then its branches'; then the padded weights
   std::vector<DeviceFloats> padded_;
+  std::map<const ParamBuffer*, const float*> stacked_weights_;  // stacked_heads: params → their copy
 };
 
 // One head set's part in a backward pass: its layers, its hidden activations (the first rows
@@ -141,6 +147,10 @@ struct BackwardShape {
   // made at the plan's start): two products and two copies instead of a product per head for
   // the weights, a batch for the shares and their sum in the trunk's mask launch.
   bool stacked_heads = false;
+  // With stacked_heads and the main head set alone: its hidden weights already stacked [heads·H, F]
+  // before the plan runs in each step (ForwardPlan::stacked_hidden_weights of the same parameters,
+  // enqueued earlier on the same stream), read in place of a copy of the plan's own (one launch less).
+  const float* stacked_weights = nullptr;
 };
 
 class BackwardPlan {

@@ -84,9 +84,18 @@ Trainer::Trainer(const Config& config, const TrainerOptions& options)
   // all-reduce between the loss and the norms, the posts beside the update.
   const bool reduces = (options_.group && options_.group->size() > 1) || options_.always_reduce;
   if (reduces || !posts_beside()) options_.fused.norm_in_backward = false;
-  if (!fused_ && options_.stacked_forward) {  // before the terms, whose plans read the activations
-    acts_online_.stack_heads(config_);
-    acts_target_.stack_heads(config_);
+  if (!fused_) {  // fused, the C51 term's kernel runs the forward
+    if (options_.stacked_forward) {  // before the terms, whose plans read the activations
+      acts_online_.stack_heads(config_);
+      acts_target_.stack_heads(config_);
+    }
+    forward_plan_ = std::make_unique<ForwardPlan>(
+        net_, std::vector<ForwardPass>{{&online_, batch_.states(), &acts_online_, 0},
+                                       {&online_, batch_.next_states(), &acts_online_, options.batch_size},
+                                       {&target_, batch_.next_states(), &acts_target_, 0}},
+        ForwardShape{options.fused_bias, options.heads_bias || wide_heads(options),
+                     options.padded_outputs, options.stacked_forward});
+    ctx_.stacked_hidden_weights = forward_plan_->stacked_hidden_weights(online_);
   }
   terms_.push_back(std::make_unique<C51Term>(ctx_, c51_budget(config_)));
   for (const auto& spec : auxiliaries) {
@@ -126,13 +135,6 @@ Trainer::Trainer(const Config& config, const TrainerOptions& options)
     for (std::size_t i = 1; i < terms_.size(); ++i) k.set_norm_out(static_cast<int>(i), terms_[i]->norm());
     norm_in_step_ = true;
   }
-  if (!fused_)  // fused, the C51 term's kernel runs the forward
-    forward_plan_ = std::make_unique<ForwardPlan>(
-        net_, std::vector<ForwardPass>{{&online_, batch_.states(), &acts_online_, 0},
-                                       {&online_, batch_.next_states(), &acts_online_, options.batch_size},
-                                       {&target_, batch_.next_states(), &acts_target_, 0}},
-        ForwardShape{options.fused_bias, options.heads_bias || wide_heads(options),
-                     options.padded_outputs, options.stacked_forward});
   init_params(config_.seed);
 }
 

@@ -76,6 +76,8 @@ struct TrainerOptions {
   int wide_heads_from = kWideHeadsBatch;
   // The forward's heads as one stacked layer too (ForwardShape::stacked_heads): the trainer's
   // activations stacked (Activations::stack_heads), a product per run of passes for every head.
+  // With stacked_heads too, the backward plans of the main heads read the forward's stacked copy
+  // of the hidden weights (BackwardShape::stacked_weights) instead of stacking them again.
   // Not yet timed on a GPU, so off; no effect with the fused step, whose kernel writes them.
   bool stacked_forward = false;
   // The C51 loss's projection: each target atom gathers only from the source atoms within two
