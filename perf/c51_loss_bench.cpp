@@ -55,6 +55,7 @@ void BM_C51Loss(benchmark::State& state) {
   f.sup = {-10.f, 10.f, 0.97f, atoms};
   f.parts = static_cast<int>(state.range(0));
   f.narrow_gather = state.range(2) != 0;
+  f.min_blocks = static_cast<int>(state.range(3));
   // A terminal sample in eight: its sources all land on one point, the narrow gather's worst case.
   auto h_dones = Kokkos::create_mirror_view(dones);
   for (int i = 0; i < B; ++i) h_dones(i) = i % 8 == 7 ? 1.f : 0.f;
@@ -65,9 +66,10 @@ void BM_C51Loss(benchmark::State& state) {
   zs::bench::time_on_stream(state, stream, [&] { graph.run(stream, [&] { zs::kernels::c51_loss(stream.exec(), f, loss); }); });
 }
 BENCHMARK(BM_C51Loss)
-    ->ArgNames({"warps", "B", "gather"})
-    ->ArgsProduct({{1, 2, 0}, {256, 1024, 4096}, {1}})
-    ->ArgsProduct({{0}, {256, 4096}, {0}})
+    ->ArgNames({"warps", "B", "gather", "bound"})
+    ->ArgsProduct({{1, 2, 0}, {256, 1024, 4096}, {1}, {0}})
+    ->ArgsProduct({{0}, {256, 4096}, {0}, {0}})
+    ->ArgsProduct({{0}, {1024, 4096}, {1}, {10, 12}})
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 

@@ -10,6 +10,8 @@
 #include <cstdint>
 #include <limits>
 #include <random>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "kernels/c51_loss.hpp"
@@ -39,8 +41,9 @@ struct Inputs {
   std::vector<int> actions;
 };
 
-// One launch with `parts` team threads a branch (0: the kernel's choice).
-Result launch(const Inputs& in, int parts = 0) {
+// One launch with `parts` team threads a branch (0: the kernel's choice) and a launch bound of
+// min_blocks teams an SM (C51Loss::min_blocks).
+Result launch(const Inputs& in, int parts = 0, int min_blocks = 0) {
   const int B = static_cast<int>(in.rewards.size()), K = in.table.branches, A = in.table.cum(K), atoms = in.sup.atoms;
   using F3 = Kokkos::View<float***, Kokkos::LayoutRight, MemSpace>;
   using I2 = Kokkos::View<int**, Kokkos::LayoutRight, MemSpace>;
@@ -71,6 +74,7 @@ Result launch(const Inputs& in, int parts = 0) {
   f.table = in.table;
   f.sup = in.sup;
   f.parts = parts;
+  f.min_blocks = min_blocks;
   ExecSpace exec;
   zs::kernels::c51_loss(exec, f, loss);
   exec.fence();
@@ -249,8 +253,25 @@ TEST(C51Loss, EveryWarpSplitMatchesTheDoubleReference) {
         EXPECT_EQ(got_best, first_best);
         EXPECT_TRUE(zs::test::same_bits(got_m, first_projected));
       }
+      if (parts == 0) {
+        // Launch bounds change registers, not arithmetic: every output the same bits.
+        for (const int min_blocks : {10, 12}) {
+          const Result bounded = launch({table, sup, online, target, rewards, dones, weights, actions}, 0, min_blocks);
+          EXPECT_EQ(bounded.best, got.best) << "min_blocks " << min_blocks;
+          for (const auto& [a, b] : {std::pair(&bounded.projected, &got.projected), std::pair(&bounded.priorities, &got.priorities),
+                                     std::pair(&bounded.d_value, &got.d_value)})
+            EXPECT_TRUE(zs::test::same_bits(*a, *b)) << "min_blocks " << min_blocks;
+          EXPECT_TRUE(zs::test::same_bits(std::vector<float>{bounded.loss}, std::vector<float>{got.loss}));
+        }
+      }
     }
   }
+  EXPECT_NE(zs::test::error_of([] {
+              launch({zs::kernels::BranchTable::of({2}), {-1.f, 1.f, 0.9f, 3}, std::vector<float>(12, -1.f),
+                      std::vector<float>(6, -1.f), {0.f}, {0.f}, {1.f}, {0}},
+                     0, 11);
+            }).find("min_blocks = 11; expected 0 (no launch bound), 10 or 12"),
+            std::string::npos);
 }
 
 }  // namespace

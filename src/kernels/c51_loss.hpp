@@ -74,6 +74,7 @@ inline constexpr int kC51WarpsPerBranch = 2;
 inline constexpr long kC51SplitWarps = 4096;
 inline constexpr int kC51QGroup = 4;
 inline constexpr std::size_t kC51ScratchBytes = 46 * 1024;
+inline constexpr int kC51BoundedThreads = 128;
 
 template <class Exec>
 struct C51Loss {
@@ -101,6 +102,11 @@ struct C51Loss {
   // Team threads (device warps) per branch, each with a share of its actions and atoms; 0 lets
   // c51_loss choose (tests set it to hold every split to one reference).
   int parts = 0;
+  // Device: a launch bound asking the compiler for this many teams of up to kC51BoundedThreads
+  // threads resident per SM (0: none; 10 or 12): more warps in flight for fewer registers each
+  // (Nsight, H100, B = 4096: 64 registers held the loss to 47 % occupancy, latency-bound). The
+  // same code, so the same bits; wider teams launch unbounded.
+  int min_blocks = 0;
 
   // The greedy key (c51_q.hpp) of actions [first, last) of one branch on a device warp: the same
   // Q as acting (c51_q: double terms summed serially in atom order) without one lane doing every
@@ -345,9 +351,23 @@ void c51_loss(const Exec& exec, const C51Loss<Exec>& f, const Kokkos::View<float
                       static_cast<long>(B) * K * g.parts <= kC51SplitWarps;
     if (f.parts > 0 || g.parts == 1 || fits) break;
   }
-  Kokkos::TeamPolicy<Exec> policy(exec, static_cast<int>(B), warps, host ? 1 : 32);
-  policy.set_scratch_size(0, Kokkos::PerTeam(bytes));
-  Kokkos::parallel_reduce("zs::c51_loss", policy, AfterPriorGrids<C51Loss<Exec>>(g), loss);
+  require(f.min_blocks == 0 || f.min_blocks == 10 || f.min_blocks == 12, "c51_loss: min_blocks = ", f.min_blocks,
+          "; expected 0 (no launch bound), 10 or 12");
+  auto launch = [&](auto policy) {
+    policy.set_scratch_size(0, Kokkos::PerTeam(bytes));
+    Kokkos::parallel_reduce("zs::c51_loss", policy, AfterPriorGrids<C51Loss<Exec>>(g), loss);
+  };
+  const int B_teams = static_cast<int>(B), lanes = host ? 1 : 32;
+  if constexpr (!host) {
+    if (f.min_blocks > 0 && warps * 32 <= kC51BoundedThreads) {
+      if (f.min_blocks == 10)
+        launch(Kokkos::TeamPolicy<Exec, Kokkos::LaunchBounds<kC51BoundedThreads, 10>>(exec, B_teams, warps, lanes));
+      else
+        launch(Kokkos::TeamPolicy<Exec, Kokkos::LaunchBounds<kC51BoundedThreads, 12>>(exec, B_teams, warps, lanes));
+      return;
+    }
+  }
+  launch(Kokkos::TeamPolicy<Exec>(exec, B_teams, warps, lanes));
 }
 
 }  // namespace zs::kernels
