@@ -245,7 +245,8 @@ BENCHMARK(BM_StepFusedBias)
 // The graph-replayed step of the launch plans with options the H200 has yet to judge, one bit
 // each: 1 the heads' hidden layers' bias and ReLU in their products (heads_bias), 4 the output
 // layers computing rows padded to 16 bytes from padded weights (padded_outputs), 8 the backward's
-// heads as one stacked layer (stacked_heads), 16 the forward's too (stacked_forward). (2, the heads' shares of ∂loss/∂features
+// heads as one stacked layer (stacked_heads), 16 the forward's too (stacked_forward), 32 the C51
+// loss under a launch bound of 10 teams an SM (c51_min_blocks). (2, the heads' shares of ∂loss/∂features
 // added by their products one after another, lost and is gone: docs/performance.md.) The trunk's bias
 // is in its products in every case (fused_bias, the CUDA default). Args: options, batch, trunk
 // width, head width.
@@ -258,13 +259,14 @@ void BM_StepPlanOptions(benchmark::State& state) {
   opt.padded_outputs = (state.range(0) & 4) != 0;
   opt.stacked_heads = (state.range(0) & 8) != 0;
   opt.stacked_forward = (state.range(0) & 16) != 0;
+  opt.c51_min_blocks = (state.range(0) & 32) != 0 ? 10 : 0;
   opt.wide_heads_from = 1 << 30;
   opt.batch_size = static_cast<int>(state.range(1));
   time_steps(state, c, opt, 20);
 }
 BENCHMARK(BM_StepPlanOptions)
     ->ArgNames({"options", "B", "width", "heads"})
-    ->ArgsProduct({{0, 1, 4, 5, 8, 12, 13, 28, 29}, {1024, 2048, 4096}, {512}, {256}})
+    ->ArgsProduct({{0, 1, 4, 5, 8, 12, 13, 28, 29, 45, 61}, {1024, 2048, 4096}, {512}, {256}})
     ->ArgsProduct({{0, 1, 4, 8, 13}, {512}, {256}, {128}})
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);

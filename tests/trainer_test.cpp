@@ -255,6 +255,25 @@ TEST(Trainer, TheSideLaneChangesNoBitOfTheTraining) {
   for (const auto& j : {plain, with_every_auxiliary(plain)}) expect_same_training(j, with, without, seed + 100);
 }
 
+// The C51 loss under a launch bound (TrainerOptions::c51_min_blocks: fewer registers, more warps)
+// changes no bit of the training, plain and with every auxiliary; other bounds are refused.
+TEST(Trainer, TheLossLaunchBoundChangesNoBitOfTheTraining) {
+  const auto seed = zs::test::fresh_seed();
+  SCOPED_TRACE(testing::Message() << "seed " << seed);
+  const auto plain = small_config(seed).to_json();
+  for (const int bound : {10, 12}) {
+    zs::TrainerOptions with, without;
+    with.fused_step = without.fused_step = false;  // the launch plans' loss (CUDA fuses B = 16)
+    with.c51_min_blocks = bound;
+    for (const auto& j : {plain, with_every_auxiliary(plain)}) expect_same_training(j, with, without, seed + bound);
+  }
+  zs::TrainerOptions bad;
+  bad.c51_min_blocks = 8;
+  EXPECT_NE(zs::test::error_of([&] { zs::Trainer(small_config(seed), bad); })
+                .find("c51_min_blocks = 8; expected 0 (no launch bound), 10 or 12"),
+            std::string::npos);
+}
+
 // Programmatic dependent launch in the step's graph (each of our kernels that follows a kernel
 // starts while it drains and waits on the GPU for its results) changes no bit of the training,
 // plain and with every auxiliary. On CUDA the capture must have made edges programmatic (else

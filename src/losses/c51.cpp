@@ -41,7 +41,7 @@ std::size_t C51Term::fuse(const std::vector<FusedRider>& riders) {
 }
 
 void c51_loss(const ExecSpace& exec, const Network& net, const Activations& online, const Activations& target,
-              const DeviceBatch& batch, C51Outputs& out, Gradients& g, bool narrow_gather) {
+              const DeviceBatch& batch, C51Outputs& out, Gradients& g, bool narrow_gather, int min_blocks) {
   const Config& c = net.config();
   const int B = batch.size;
   require(online.rows == 2 * B && target.rows == B && g.rows == B, "c51_loss: activation rows online ", online.rows,
@@ -61,6 +61,7 @@ void c51_loss(const ExecSpace& exec, const Network& net, const Activations& onli
   f.table = net.table();
   f.sup = kernels::Support{c.v_min, c.v_max, static_cast<float>(std::pow(double(c.gamma), c.n_step)), c.atoms};
   f.narrow_gather = narrow_gather;
+  f.min_blocks = min_blocks;
   kernels::c51_loss(exec, f, out.loss);
 }
 
@@ -69,7 +70,8 @@ void C51Term::enqueue(const ExecSpace& exec, const Gemm& gemm) {
     require(fused_ != nullptr, "C51Term: the fused kernel was never built; expected fuse() once every term is made");
     return fused_->enqueue(exec);
   }
-  c51_loss(exec, ctx_.net, ctx_.online_acts, ctx_.target_acts, ctx_.batch, ctx_.c51, g_, ctx_.narrow_gather);
+  c51_loss(exec, ctx_.net, ctx_.online_acts, ctx_.target_acts, ctx_.batch, ctx_.c51, g_, ctx_.narrow_gather,
+           ctx_.c51_min_blocks);
   backward_->enqueue(exec, gemm, ctx_.side);
 }
 

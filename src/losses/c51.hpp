@@ -16,9 +16,9 @@ namespace zs {
 
 // Enqueues the loss into `out` and ∂loss/∂(head outputs) into g. online: activations of the
 // online net on all_states() (2B rows); target: of the target net on next_states() (B rows).
-// narrow_gather: kernels::C51Loss::narrow_gather.
+// narrow_gather, min_blocks: kernels::C51Loss's.
 void c51_loss(const ExecSpace& exec, const Network& net, const Activations& online, const Activations& target,
-              const DeviceBatch& batch, C51Outputs& out, Gradients& g, bool narrow_gather = false);
+              const DeviceBatch& batch, C51Outputs& out, Gradients& g, bool narrow_gather = false, int min_blocks = 0);
 
 // With ctx.fused the term's enqueue() is the whole chain, the forward included, as one fused
 // kernel (FusedC51), built by fuse() once every term is made (so that it can carry the others'

@@ -68,6 +68,8 @@ struct StepContext {
   // (ForwardPlan::stacked_hidden_weights; nullptr: not stacked there): a stacked backward of the
   // main heads reads them (BackwardShape::stacked_weights) instead of stacking its own.
   const float* stacked_hidden_weights = nullptr;
+  // The launch plans' C51 loss kernel's launch bound (TrainerOptions::c51_min_blocks).
+  int c51_min_blocks = 0;
 };
 
 // What a term gives the C51 term's fused kernel to run its backward in the kernel's backward

@@ -76,6 +76,9 @@ Trainer::Trainer(const Config& config, const TrainerOptions& options)
       unit_scale_("zs::unit_scale"),
       norm_scratch_(kernels::make_grad_norms_scratch(stream_.exec())),
       term_record_("zs::term_record") {
+  require(options.c51_min_blocks == 0 || options.c51_min_blocks == 10 || options.c51_min_blocks == 12,
+          "Trainer: c51_min_blocks = ", options.c51_min_blocks, "; expected 0 (no launch bound), 10 or 12");
+  ctx_.c51_min_blocks = options.c51_min_blocks;
   const auto auxiliaries = enabled_terms(config_);
   require(auxiliaries.size() + 1 <= static_cast<std::size_t>(kernels::kMaxTerms), "Trainer: ", auxiliaries.size() + 1,
           " loss terms; expected at most ", kernels::kMaxTerms);

@@ -89,6 +89,9 @@ struct TrainerOptions {
   // at B = 4096 / 512 / 256 753.7 → 741.7 µs, the kernel 112.5 → 92.8. On by default; off is
   // the walk over every source, kept for the benchmarks and the bitwise test.
   bool narrow_gather = true;
+  // The launch plans' C51 loss under a launch bound of this many teams an SM (0: none; 10 or 12;
+  // kernels::C51Loss::min_blocks): fewer registers, more warps, the same bits. Not yet timed.
+  int c51_min_blocks = 0;
   // The guard's and the loss terms' mailbox posts (each two system-scope fences) on the side lane
   // beside the optimizer's update, instead of between the gradient norm and the update; needs
   // side_lane. On: the H200 step at B = 256 took 127.4 µs against 130.8 with the posts between
