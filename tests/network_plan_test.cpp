@@ -613,22 +613,20 @@ TEST(NetworkPlan, StackedForwardMatchesThePlainPlan) {
   EXPECT_NE(zs::test::error_of([&] { x.net.forward(exec, x.gemm, x.online, x.s2, tg); })
                 .find("Network::forward: the heads' hidden activations are stacked"),
             std::string::npos);
-  EXPECT_NE(zs::test::error_of([&] {
-              zs::BackwardPlan(x.net, x.online, x.s, on,
-                               {{x.net.main_heads(), on.heads(), g.d_value_out.data(), g.d_branch_out.data()},
-                                {x.net.main_heads(), on_ref.heads(), g.d_value_out.data(), g.d_branch_out.data()}},
-                               g, grad);
-            }).find("head set 1's hidden activations have rows " + std::to_string(H) + " floats apart, set 0's " +
+  // Two sets of the main heads, the second on `second`'s activations.
+  auto two_sets = [&](const zs::Activations& second) {
+    return std::vector<zs::HeadSetGrads>{
+        {x.net.main_heads(), on.heads(), g.d_value_out.data(), g.d_branch_out.data()},
+        {x.net.main_heads(), second.heads(), g.d_value_out.data(), g.d_branch_out.data()}};
+  };
+  EXPECT_NE(zs::test::error_of([&] { zs::BackwardPlan(x.net, x.online, x.s, on, two_sets(on_ref), g, grad); }).find("head set 1's hidden activations have rows " + std::to_string(H) + " floats apart, set 0's " +
                     std::to_string(heads * H)),
             std::string::npos);
   EXPECT_NE(zs::test::error_of([&] { zs::BackwardPlan(x.net, x.online, x.s, on, g, grad, zs::BackwardShape{false, shared_w}); })
                 .find("stacked weights given for 1 head set(s) with the heads not stacked"),
             std::string::npos);
   EXPECT_NE(zs::test::error_of([&] {
-              zs::BackwardPlan(x.net, x.online, x.s, on,
-                               {{x.net.main_heads(), on.heads(), g.d_value_out.data(), g.d_branch_out.data()},
-                                {x.net.main_heads(), on.heads(), g.d_value_out.data(), g.d_branch_out.data()}},
-                               g, grad, zs::BackwardShape{true, shared_w});
+              zs::BackwardPlan(x.net, x.online, x.s, on, two_sets(on), g, grad, zs::BackwardShape{true, shared_w});
             }).find("stacked weights given for 2 head set(s); expected the stacked shape and the main head set alone"),
             std::string::npos);
 }

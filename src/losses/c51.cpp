@@ -18,7 +18,7 @@ C51Term::C51Term(const StepContext& ctx, float budget)
           "trainer to give the C51 outputs slot 0's loss and to make the C51 term first");
   if (!ctx.fused)
     backward_ = std::make_unique<BackwardPlan>(ctx.net, ctx.online, ctx.batch.states(), ctx.online_acts, g_, grad(),
-                                               BackwardShape{ctx.stacked_heads, ctx.stacked_heads ? ctx.stacked_hidden_weights : nullptr});
+                                               BackwardShape{ctx.stacked_heads, ctx.stacked_hidden_weights});
 }
 
 std::size_t C51Term::fuse(const std::vector<FusedRider>& riders) {

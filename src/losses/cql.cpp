@@ -9,7 +9,7 @@ namespace zs {
 CqlTerm::CqlTerm(const StepContext& ctx, float budget)
     : LossTerm("cql", budget, ctx), ctx_(ctx), g_(ctx.config, ctx.batch.size) {
   backward_ = std::make_unique<BackwardPlan>(ctx.net, ctx.online, ctx.batch.states(), ctx.online_acts, g_, grad(),
-                                             BackwardShape{ctx.stacked_heads, ctx.stacked_heads ? ctx.stacked_hidden_weights : nullptr});
+                                             BackwardShape{ctx.stacked_heads, ctx.stacked_hidden_weights});
 }
 
 void CqlTerm::enqueue(const ExecSpace& exec, const Gemm& gemm) {

@@ -65,8 +65,9 @@ struct StepContext {
   // The backward plans' heads as one stacked layer (TrainerOptions::stacked_heads).
   bool stacked_heads = false;
   // The online net's main hidden weights as the trainer's forward plan stacks them each step
-  // (ForwardPlan::stacked_hidden_weights; nullptr: not stacked there): a stacked backward of the
-  // main heads reads them (BackwardShape::stacked_weights) instead of stacking its own.
+  // (ForwardPlan::stacked_hidden_weights; nullptr: not stacked there, or stacked_heads off): a
+  // stacked backward of the main heads reads them (BackwardShape::stacked_weights) instead of
+  // stacking its own.
   const float* stacked_hidden_weights = nullptr;
   // The launch plans' C51 loss kernel's launch bound (TrainerOptions::c51_min_blocks).
   int c51_min_blocks = 0;

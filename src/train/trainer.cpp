@@ -98,7 +98,7 @@ Trainer::Trainer(const Config& config, const TrainerOptions& options)
                                        {&target_, batch_.next_states(), &acts_target_, 0}},
         ForwardShape{options.fused_bias, options.heads_bias || wide_heads(options),
                      options.padded_outputs, options.stacked_forward});
-    ctx_.stacked_hidden_weights = forward_plan_->stacked_hidden_weights(online_);
+    if (ctx_.stacked_heads) ctx_.stacked_hidden_weights = forward_plan_->stacked_hidden_weights(online_);
   }
   terms_.push_back(std::make_unique<C51Term>(ctx_, c51_budget(config_)));
   for (const auto& spec : auxiliaries) {
